@@ -1,0 +1,3 @@
+from edgekit.cli import main
+
+main()

@@ -1,0 +1,156 @@
+"""A content-addressed store for stage outputs.
+
+Each entry lives at `<root>/<stage>/<key>/`, where `key` is the sha256 of the stage's inputs.
+An entry is produced in a temp folder and renamed into place only when complete, under a file
+lock, so a killed build leaves no half-written entry and two builds of the same recipe at once
+produce it once. `entry.json` records the inputs, the result and every file's size and sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from edgekit.fsutil import fsync_dir, write_json_atomic
+from edgekit.hashing import file_records, sha256_json
+
+CACHE_FORMAT = 1
+ENTRY_FILE = "entry.json"
+
+
+def default_cache_root() -> Path:
+    if env := os.environ.get("EDGEKIT_CACHE"):
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "edgekit"
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    stage: str
+    key: str
+    path: Path
+    meta: dict[str, Any]
+    reused: bool
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self.meta.get("result", {})
+
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        return self.meta.get("files", [])
+
+
+class StageCache:
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or default_cache_root()).expanduser()
+        self.events: list[tuple[str, str, bool]] = []  # (stage, key, reused) in the order asked
+
+    @staticmethod
+    def key_for(stage: str, inputs: dict[str, Any]) -> str:
+        return sha256_json({"cache_format": CACHE_FORMAT, "stage": stage, "inputs": inputs})
+
+    def entry_path(self, stage: str, key: str) -> Path:
+        return self.root / stage / key
+
+    def lookup(self, stage: str, key: str) -> CacheEntry | None:
+        path = self.entry_path(stage, key)
+        try:
+            meta = json.loads((path / ENTRY_FILE).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not self._sizes_match(path, meta.get("files", [])):
+            return None
+        return CacheEntry(stage, key, path, meta, reused=True)
+
+    def get_or_produce(
+        self,
+        stage: str,
+        inputs: dict[str, Any],
+        produce: Callable[[Path], dict[str, Any] | None],
+    ) -> CacheEntry:
+        """Return the entry for `inputs`, calling `produce(tmp_dir)` to create it if needed.
+
+        `produce` writes its files into `tmp_dir` and returns a JSON-able result to keep with them.
+        """
+        key = self.key_for(stage, inputs)
+        found = self.lookup(stage, key)
+        if not found:
+            lock_dir = self.root / ".locks"
+            lock_dir.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(lock_dir / f"{stage}-{key}.lock")):
+                # another build may have produced it while we waited for the lock
+                found = self.lookup(stage, key) or self._produce(stage, key, inputs, produce)
+        self.events.append((stage, key, found.reused))
+        return found
+
+    def _produce(
+        self, stage: str, key: str, inputs: dict[str, Any], produce: Callable[[Path], dict[str, Any] | None]
+    ) -> CacheEntry:
+        final = self.entry_path(stage, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key[:16]}.pid{os.getpid()}.", suffix=".partial"))
+        started = time.time()
+        try:
+            result = produce(tmp) or {}
+            meta = {
+                "cache_format": CACHE_FORMAT,
+                "stage": stage,
+                "key": key,
+                "inputs": inputs,
+                "result": result,
+                "seconds": round(time.time() - started, 3),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "files": [r for r in file_records(tmp) if r["path"] != ENTRY_FILE],
+            }
+            write_json_atomic(tmp / ENTRY_FILE, meta)
+            fsync_dir(tmp)
+            if final.exists():  # a stale entry that failed its size check
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return CacheEntry(stage, key, final, meta, reused=False)
+
+    @staticmethod
+    def _sizes_match(path: Path, files: list[dict[str, Any]]) -> bool:
+        try:
+            return all((path / f["path"]).stat().st_size == f["size"] for f in files)
+        except (OSError, KeyError, TypeError):
+            return False
+
+    def clean_partials(self) -> int:
+        """Remove temp folders left by killed builds (their process is gone). Returns how many."""
+        removed = 0
+        if not self.root.exists():
+            return 0
+        for tmp in self.root.glob("*/.*.partial"):
+            match = re.search(r"\.pid(\d+)\.", tmp.name)
+            if match and _pid_alive(int(match.group(1))):
+                continue
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed += 1
+        return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,93 @@
+"""The bundle manifest: provenance, every file's sha256, artifacts and verdicts; and its verification.
+
+Used on the edge box too (verify before load), so it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import IntegrityError
+from edgekit.hashing import sha256_file
+
+MANIFEST = "manifest.json"
+SCHEMA_VERSION = 1
+# Files that may exist beside the manifest without being listed in it: the manifest itself, its
+# detached signature, and the box-local runtime override written by `edgekit tune`.
+UNLISTED = frozenset({MANIFEST, "manifest.sig", "runtime.local.toml"})
+
+
+def load_manifest(bundle: Path) -> dict[str, Any]:
+    path = bundle / MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IntegrityError(bundle, [f"{MANIFEST} is missing: not an edgekit bundle"]) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IntegrityError(bundle, [f"{MANIFEST} is not valid JSON ({exc})"]) from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise IntegrityError(
+            bundle, [f"{MANIFEST} has schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}"]
+        )
+    return data
+
+
+def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
+    """Check that the bundle holds exactly the files its manifest lists, with their sizes and hashes.
+
+    Returns the manifest; raises IntegrityError naming every file that differs.
+    """
+    bundle = Path(bundle)
+    if not bundle.is_dir():
+        raise IntegrityError(bundle, ["not a folder"])
+    manifest = load_manifest(bundle)
+    problems: list[str] = []
+    listed: dict[str, dict[str, Any]] = {}
+    for record in manifest.get("files", []):
+        rel = str(record.get("path", ""))
+        if not rel or rel.startswith("/") or ".." in Path(rel).parts:
+            problems.append(f"{rel!r}: manifest lists a path outside the bundle")
+            continue
+        listed[rel] = record
+    root = bundle.resolve()
+    for rel, record in sorted(listed.items()):
+        path = bundle / rel
+        if path.is_symlink() or not path.resolve().is_relative_to(root):
+            problems.append(f"{rel}: is a link; bundles hold plain files only")
+            continue
+        if not path.is_file():
+            problems.append(f"{rel}: missing")
+            continue
+        size = path.stat().st_size
+        if size != record.get("size"):
+            problems.append(f"{rel}: size {size} differs from the manifest's {record.get('size')}")
+        elif check_hashes and sha256_file(path) != record.get("sha256"):
+            problems.append(f"{rel}: sha256 differs from the manifest (modified)")
+    for path in sorted(bundle.rglob("*")):
+        rel = path.relative_to(bundle).as_posix()
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if rel not in listed and rel not in UNLISTED:
+            problems.append(f"{rel}: not in the manifest (extra file)")
+    if problems:
+        raise IntegrityError(bundle, problems)
+    return manifest
+
+
+def artifact_record(manifest: dict[str, Any], name: str | None) -> dict[str, Any]:
+    artifacts = manifest.get("artifacts", [])
+    if not artifacts:
+        raise IntegrityError(Path("."), ["manifest lists no artifacts"])
+    if name is None:
+        name = manifest.get("default_artifact") or artifacts[0]["name"]
+    for record in artifacts:
+        if record["name"] == name:
+            return record
+    from edgekit.errors import UsageError
+
+    raise UsageError(
+        f"no artifact named {name!r} in this bundle",
+        f"choose one of: {', '.join(a['name'] for a in artifacts)}",
+    )

@@ -1,0 +1,244 @@
+"""Accuracy metrics and their uncertainty. Pure numpy.
+
+Per-token quantities come from comparing a candidate's logits with the stored reference:
+- nll: negative log-likelihood of the actual next token (perplexity = exp(mean nll));
+- kld: KL(reference || candidate): exact over the reference's top-k tokens, plus an unbiased estimate
+  of the rest from tokens sampled out of the reference's tail (see `compare`); `tail_mass` reports
+  how much probability the reference puts outside its top k;
+- top1: whether candidate and reference pick the same most likely token;
+- dp: p_candidate(next token) − p_reference(next token).
+
+Intervals are 95% percentile intervals from a block bootstrap: the scored tokens are cut into
+contiguous blocks (default 64 tokens) and blocks are resampled with replacement, so correlation
+between neighbouring tokens widens the interval instead of being ignored. Paired statistics
+(perplexity ratio, task accuracy drop) resample the same blocks for both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+EPS = 1e-10
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    logits = logits.astype(np.float64, copy=False)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+@dataclass
+class ReferenceSlice:
+    """Reference values at scored positions (n tokens)."""
+
+    topk_ids: np.ndarray  # (n, k) int32, most likely first
+    topk_logp: np.ndarray  # (n, k) float32
+    tail_ids: np.ndarray  # (n, s) int32, drawn from the reference restricted to outside its top k
+    tail_logp: np.ndarray  # (n, s) float32
+    target_logp: np.ndarray  # (n,) float32, log p(actual next token)
+
+
+def reference_slice(
+    logits: np.ndarray, targets: np.ndarray, k: int, samples: int, rng: np.random.Generator
+) -> ReferenceSlice:
+    logp = log_softmax(logits)
+    n, vocab = logp.shape
+    k = min(k, vocab - 1)
+    top = np.argpartition(-logp, k - 1, axis=-1)[:, :k]
+    top_logp = np.take_along_axis(logp, top, axis=-1)
+    order = np.argsort(-top_logp, axis=-1, kind="stable")
+    top = np.take_along_axis(top, order, axis=-1)
+    top_logp = np.take_along_axis(top_logp, order, axis=-1)
+    target = np.take_along_axis(logp, targets[:, None].astype(np.int64), axis=-1)[:, 0]
+    # Draw `samples` tokens per position from the reference's distribution outside its top k.
+    tail = np.exp(logp)
+    np.put_along_axis(tail, top, 0.0, axis=-1)
+    cdf = np.cumsum(tail, axis=-1)
+    u = rng.random((n, samples)) * cdf[:, -1:]
+    tail_ids = np.empty((n, samples), dtype=np.int64)
+    for row in range(n):
+        tail_ids[row] = np.minimum(np.searchsorted(cdf[row], u[row], side="right"), vocab - 1)
+    tail_logp = np.take_along_axis(logp, tail_ids, axis=-1)
+    return ReferenceSlice(
+        top.astype(np.int32),
+        top_logp.astype(np.float32),
+        tail_ids.astype(np.int32),
+        tail_logp.astype(np.float32),
+        target.astype(np.float32),
+    )
+
+
+@dataclass
+class TokenComparison:
+    nll_ref: np.ndarray
+    nll: np.ndarray
+    kld: np.ndarray
+    top1: np.ndarray  # bool
+    dp: np.ndarray
+    tail_mass: np.ndarray  # reference mass outside its top-k
+
+
+def compare(ref: ReferenceSlice, logits: np.ndarray, targets: np.ndarray) -> TokenComparison:
+    """Compare candidate logits (n, vocab) at the scored positions with the reference.
+
+    KL(P‖Q) = Σ_top p (log p − log q) + Σ_tail p (log p − log q). The first sum is exact. The second
+    is p_tail · E[log p − log q] over tokens drawn from P restricted to its tail, estimated from the
+    stored samples: unbiased, so the mean KLD over many tokens is right even where the tail is heavy
+    (small models often leave 10% of the mass outside the top 64).
+    """
+    vocab = logits.shape[-1]
+    if int(ref.topk_ids.max(initial=0)) >= vocab or int(ref.tail_ids.max(initial=0)) >= vocab:
+        raise ValueError(f"reference token ids exceed the candidate vocabulary ({vocab})")
+    q = log_softmax(logits)
+    p_top = ref.topk_logp.astype(np.float64)
+    q_top = np.take_along_axis(q, ref.topk_ids.astype(np.int64), axis=-1)
+    p_tail = np.clip(1.0 - np.exp(p_top).sum(-1), 0.0, 1.0)
+    kld = (np.exp(p_top) * (p_top - q_top)).sum(-1)
+    if ref.tail_ids.shape[1]:
+        q_tail = np.take_along_axis(q, ref.tail_ids.astype(np.int64), axis=-1)
+        kld += p_tail * (ref.tail_logp.astype(np.float64) - q_tail).mean(-1)
+    q_target = np.take_along_axis(q, targets[:, None].astype(np.int64), axis=-1)[:, 0]
+    return TokenComparison(
+        nll_ref=-ref.target_logp.astype(np.float64),
+        nll=-q_target,
+        kld=kld,
+        top1=q.argmax(-1) == ref.topk_ids[:, 0],
+        dp=np.exp(q_target) - np.exp(ref.target_logp.astype(np.float64)),
+        tail_mass=p_tail,
+    )
+
+
+def concat(parts: list[TokenComparison]) -> TokenComparison:
+    return TokenComparison(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in asdict(parts[0])})
+
+
+# --- intervals ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    low: float | None
+    high: float | None
+    n: int  # sample size: tokens or items
+    unit: str = "tokens"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "ci95": [self.low, self.high], "n": self.n, "unit": self.unit}
+
+
+class BlockBootstrap:
+    """Resample contiguous blocks of a sequence; the same draws serve every statistic of one artifact."""
+
+    def __init__(self, n: int, block: int, resamples: int, seed: int) -> None:
+        self.n = n
+        self.block = max(1, min(block, n))
+        self.n_blocks = int(np.ceil(n / self.block))
+        rng = np.random.default_rng(seed)
+        self.draws = rng.integers(0, self.n_blocks, size=(resamples, self.n_blocks))
+
+    def _block_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        edges = np.arange(0, self.n, self.block)
+        sums = np.add.reduceat(x.astype(np.float64), edges)
+        counts = np.diff(np.append(edges, self.n)).astype(np.float64)
+        return sums, counts
+
+    def mean(self, x: np.ndarray, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> Estimate:
+        sums, counts = self._block_sums(x)
+        boot = sums[self.draws].sum(1) / counts[self.draws].sum(1)
+        value = float(x.mean())
+        if transform is not None:
+            boot, value = transform(boot), float(transform(np.array([value]))[0])
+        low, high = np.percentile(boot, [2.5, 97.5])
+        return Estimate(value, float(low), float(high), self.n)
+
+    def quantile(self, x: np.ndarray, q: float, max_batch_elems: int = 20_000_000) -> Estimate:
+        blocks = [x[i : i + self.block] for i in range(0, self.n, self.block)]
+        padded = np.full((self.n_blocks, self.block), np.nan)
+        for i, b in enumerate(blocks):
+            padded[i, : len(b)] = b
+        values = []
+        step = max(1, max_batch_elems // max(1, self.n_blocks * self.block))
+        for start in range(0, len(self.draws), step):
+            sample = padded[self.draws[start : start + step]].reshape(len(self.draws[start : start + step]), -1)
+            values.append(np.nanquantile(sample, q, axis=1))
+        boot = np.concatenate(values)
+        low, high = np.percentile(boot, [2.5, 97.5])
+        return Estimate(float(np.quantile(x, q)), float(low), float(high), self.n)
+
+
+def item_bootstrap(correct_ref: np.ndarray, correct: np.ndarray, resamples: int, seed: int) -> dict[str, Estimate]:
+    """Accuracy of reference and candidate on the same items, and the paired drop (ref − candidate)."""
+    n = len(correct)
+    if n == 0:
+        empty = Estimate(float("nan"), None, None, 0, "items")
+        return {"reference": empty, "candidate": empty, "drop": empty}
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(resamples, n))
+    a, b = correct_ref.astype(np.float64), correct.astype(np.float64)
+    boot_a, boot_b = a[draws].mean(1), b[draws].mean(1)
+
+    def est(value: float, boot: np.ndarray) -> Estimate:
+        low, high = np.percentile(boot, [2.5, 97.5])
+        return Estimate(value, float(low), float(high), n, "items")
+
+    return {
+        "reference": est(float(a.mean()), boot_a),
+        "candidate": est(float(b.mean()), boot_b),
+        "drop": est(float(a.mean() - b.mean()), boot_a - boot_b),
+    }
+
+
+def token_metrics(cmp: TokenComparison, block: int, resamples: int, seed: int) -> dict[str, Estimate]:
+    boot = BlockBootstrap(len(cmp.kld), block, resamples, seed)
+    diff = cmp.nll - cmp.nll_ref
+    return {
+        "ppl_reference": boot.mean(cmp.nll_ref, np.exp),
+        "ppl": boot.mean(cmp.nll, np.exp),
+        "ppl_ratio": boot.mean(diff, np.exp),
+        "kld_mean": boot.mean(cmp.kld),
+        "kld_median": boot.quantile(cmp.kld, 0.5),
+        "kld_p99": boot.quantile(cmp.kld, 0.99),
+        "kld_max": Estimate(float(cmp.kld.max()), None, None, len(cmp.kld)),
+        "top1": boot.mean(cmp.top1.astype(np.float64)),
+        "dp_rms": boot.mean(cmp.dp**2, np.sqrt),
+        "tail_mass_mean": Estimate(float(cmp.tail_mass.mean()), None, None, len(cmp.kld)),
+    }
+
+
+# --- gates ----------------------------------------------------------------------------------------
+
+# gate name → (metric, direction): "max" passes when the metric is at most the threshold.
+GATE_METRICS: dict[str, tuple[str, str]] = {
+    "kld_mean_max": ("kld_mean", "max"),
+    "kld_p99_max": ("kld_p99", "max"),
+    "ppl_ratio_max": ("ppl_ratio", "max"),
+    "top1_min": ("top1", "min"),
+    "task_drop_max": ("task_drop", "max"),
+}
+
+
+def judge(estimate: Estimate, threshold: float, direction: str) -> str:
+    """pass / fail when the whole 95% interval is on one side of the threshold, else inconclusive."""
+    low = estimate.low if estimate.low is not None else estimate.value
+    high = estimate.high if estimate.high is not None else estimate.value
+    if direction == "max":
+        if high <= threshold:
+            return "pass"
+        return "fail" if low > threshold else "inconclusive"
+    if low >= threshold:
+        return "pass"
+    return "fail" if high < threshold else "inconclusive"
+
+
+def overall_verdict(checks: list[dict[str, Any]]) -> str:
+    verdicts = {c["verdict"] for c in checks}
+    if "fail" in verdicts:
+        return "fail"
+    if "inconclusive" in verdicts:
+        return "inconclusive"
+    return "pass"

