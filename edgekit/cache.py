@@ -21,7 +21,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from edgekit.fsutil import fsync_dir, write_json_atomic
+from edgekit.fsutil import fsync_dir, pause_point, write_json_atomic
 from edgekit.hashing import file_records, sha256_json
 
 CACHE_FORMAT = 1
@@ -116,6 +116,7 @@ class StageCache:
             }
             write_json_atomic(tmp / ENTRY_FILE, meta)
             fsync_dir(tmp)
+            pause_point(stage)
             if final.exists():  # a stale entry that failed its size check
                 shutil.rmtree(final)
             os.replace(tmp, final)

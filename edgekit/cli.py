@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -124,10 +125,10 @@ def reference(recipe: str | None, cache_dir: str | None, threads: int | None, ex
         checkpoint = fetch.run(loaded, cache, progress)
         ref = validate.reference(loaded, checkpoint, cache, progress, threads)
     meta = ref.meta
+    took = f"computed in {ref.entry.meta.get('seconds', 0):.1f} s"
     console.print(
         f"reference {ref.key[:16]}: torch {meta['device']} {meta['dtype']} ({meta['device_name']}), "
-        f"{meta['scored_tokens']} scored tokens, {'reused' if ref.entry.reused else 'computed'} "
-        f"in {ref.entry.meta.get('seconds', 0):.1f} s"
+        f"{meta['scored_tokens']} scored tokens, " + (f"reused from the cache ({took})" if ref.entry.reused else took)
     )
     if export_dir:
         target = validate.export_reference(ref.entry, Path(export_dir))
@@ -146,7 +147,31 @@ def verify(bundle: str, public_key: str | None) -> None:
         from edgekit.signing import verify_signature
 
         verify_signature(Path(bundle), Path(public_key))
-    console.print(f"[green]ok[/]: {len(manifest['files'])} files match {Path(bundle) / 'manifest.json'}")
+    signed = " and its signature by that key" if public_key else ""
+    console.print(f"[green]ok[/]: {len(manifest['files'])} files match {Path(bundle) / 'manifest.json'}{signed}")
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(file_okay=False))
+@click.option("--key", "private_key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key.")
+def sign(bundle: str, private_key: str) -> None:
+    """Sign BUNDLE's manifest (Ed25519, detached manifest.sig) after checking every file against it."""
+    from edgekit.signing import sign_bundle
+
+    path = sign_bundle(Path(bundle), Path(private_key))
+    console.print(f"signed: {path}  (check with: edgekit verify {bundle} --key PUBLIC_KEY)")
+
+
+@cli.command()
+@click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False))
+@click.option("--name", default="edgekit", show_default=True, help="Writes NAME.key (private) and NAME.pub.")
+def keygen(out_dir: str, name: str) -> None:
+    """Make an Ed25519 key pair for `edgekit sign` / `edgekit verify --key`."""
+    from edgekit.signing import generate_keypair
+
+    private, public = Path(out_dir) / f"{name}.key", Path(out_dir) / f"{name}.pub"
+    generate_keypair(private, public)
+    console.print(f"private key: {private} (keep it secret; mode 600)\npublic key:  {public} (give it to the boxes)")
 
 
 @cli.command()
@@ -192,6 +217,12 @@ def toolchain(cache_dir: str | None, llama_cpp_dir: str | None) -> None:
     console.print(f"from: {converter.origin}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")
 
 
+# The edge-box commands (run, serve, bench, tune, numa) live in their own module: no build imports.
+from edgekit.cli_runtime import register as _register_runtime_commands  # noqa: E402
+
+_register_runtime_commands(cli)
+
+
 def main() -> None:
     """Entry point: one clear message and exit code per typed error; tracebacks only with --debug."""
     try:
@@ -214,9 +245,33 @@ def main() -> None:
         if exc.hint:
             err_console.print(f"  [bold]→[/] {escape(exc.hint)}", highlight=False)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in ENVIRONMENT_ERRNOS:
+            _internal_error(exc)
+        _environment_error(exc)
     except Exception as exc:  # a bug: say so, and how to see the details
-        if _debug_enabled():
-            traceback.print_exc()
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
-        err_console.print(f"  → this is a bug in edgekit; rerun with --debug (or {DEBUG_ENV}=1) for the traceback")
-        sys.exit(ExitCode.RUNTIME)
+        _internal_error(exc)
+
+
+# The disk or the permissions, not a bug: exit 3 with what to do.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def _environment_error(exc: OSError) -> None:
+    if _debug_enabled():
+        traceback.print_exc()
+    where = f" {escape(str(exc.filename))}" if exc.filename else ""
+    message = escape(exc.strerror or str(exc))
+    err_console.print(f"[bold red]error:[/] cannot write or read{where}: {message}", highlight=False)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    fix = "free some space, or point EDGEKIT_CACHE / --out at a larger disk" if full else "check its permissions"
+    err_console.print(f"  [bold]→[/] {fix}; nothing half-written was kept", highlight=False)
+    sys.exit(ExitCode.ENVIRONMENT)
+
+
+def _internal_error(exc: BaseException) -> None:
+    if _debug_enabled():
+        traceback.print_exc()
+    err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
+    err_console.print(f"  → this is a bug in edgekit; rerun with --debug (or {DEBUG_ENV}=1) for the traceback")
+    sys.exit(ExitCode.RUNTIME)

@@ -150,3 +150,15 @@ class SignatureError(EdgekitError):
 
 class RuntimeConfigError(EdgekitError):
     exit_code = ExitCode.BAD_INPUT
+
+
+class EngineError(EdgekitError):
+    """A runtime engine failed to load a model or to run it (llama_decode error, context full...)."""
+
+    exit_code = ExitCode.RUNTIME
+
+
+class BenchError(EdgekitError):
+    """A benchmark measurement failed (its worker process crashed, timed out or printed no result)."""
+
+    exit_code = ExitCode.RUNTIME

@@ -46,7 +46,9 @@ def load_text(value: str, base_dir: Path) -> EvalText:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise SourceError(f"{value}: eval text is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise SourceError(
+            f"{value}: eval text is not UTF-8 ({exc.reason} at byte {exc.start})", "save it as UTF-8"
+        ) from None
     text = text.replace("\r\n", "\n")
     return EvalText(text, sha256_text(text), value)
 

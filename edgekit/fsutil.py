@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import glob
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,20 +63,98 @@ def ensure_free_space(path: Path, needed: int) -> None:
 
 @contextlib.contextmanager
 def staging_dir(final: Path) -> Iterator[Path]:
-    """A temp folder beside `final`; on success it replaces `final` in one rename, else it is removed."""
+    """A temp folder beside `final`; on success it takes `final`'s place atomically, else it is removed.
+
+    Replacing an existing `final` is one atomic exchange on Linux (`renameat2(RENAME_EXCHANGE)`): at
+    every instant `final` is either the complete old folder or the complete new one, even if the
+    process is killed. Elsewhere it falls back to two renames, and the next call puts a previous
+    folder back if a kill fell between them. Temp folders of killed processes are removed.
+    """
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".partial"))
+    _recover_staging(final)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.pid{os.getpid()}.", suffix=".partial"))
     try:
         yield tmp
         fsync_dir(tmp)
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        pause_point("bundle")
+        if final.exists() or final.is_symlink():
+            if exchange_paths(tmp, final):  # tmp now holds the previous folder (or link)
+                fsync_dir(final.parent)
+                if tmp.is_symlink():
+                    tmp.unlink()
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            old = final.with_name(f".{final.name}.pid{os.getpid()}.old")
             os.replace(final, old)
             os.replace(tmp, final)
+            fsync_dir(final.parent)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-        fsync_dir(final.parent)
+            fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _recover_staging(final: Path) -> None:
+    """Undo what killed `staging_dir` calls left beside `final`: restore a previous folder, drop temp folders."""
+    for leftover in sorted(final.parent.glob(f".{glob.escape(final.name)}.pid*")):
+        match = re.fullmatch(rf"\.{re.escape(final.name)}\.pid(\d+)\.(?:.*\.partial|old)", leftover.name)
+        if not match or _pid_alive(int(match.group(1))):
+            continue
+        if leftover.name.endswith(".old") and not final.exists():
+            os.replace(leftover, final)  # killed between the fallback's two renames: the old folder is complete
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # a libc without the wrapper (glibc < 2.28)
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):  # old kernel, or a filesystem without it
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+PAUSE_ENV = "EDGEKIT_TEST_PAUSE_AT"
+
+
+def pause_point(name: str) -> None:
+    """Test hook for the kill tests (tests/e2e/test_faults.py); does nothing unless the variable is set.
+
+    With EDGEKIT_TEST_PAUSE_AT=<name>:<flag file>, write this process's id to the flag file and wait
+    to be killed. <name> is a stage whose output is complete in its temp folder but not yet renamed
+    into the cache (fetch, convert, quantize, reference, validate, bench), or "bundle": the bundle
+    complete beside dist/<name>/ but not yet swapped in. Those are the moments a kill hurts most.
+    """
+    point, _, flag = os.environ.get(PAUSE_ENV, "").partition(":")
+    if point != name or not flag:
+        return
+    write_text_atomic(Path(flag), str(os.getpid()))
+    time.sleep(600)

@@ -21,6 +21,8 @@ UNLISTED = frozenset({MANIFEST, "manifest.sig", "runtime.local.toml"})
 
 def load_manifest(bundle: Path) -> dict[str, Any]:
     path = bundle / MANIFEST
+    if path.is_symlink():
+        raise IntegrityError(bundle, [f"{MANIFEST} is a link; bundles hold plain files only"])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -45,12 +47,25 @@ def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
     manifest = load_manifest(bundle)
     problems: list[str] = []
     listed: dict[str, dict[str, Any]] = {}
-    for record in manifest.get("files", []):
-        rel = str(record.get("path", ""))
-        if not rel or rel.startswith("/") or ".." in Path(rel).parts:
-            problems.append(f"{rel!r}: manifest lists a path outside the bundle")
+    records = manifest.get("files")
+    if not isinstance(records, list):
+        raise IntegrityError(bundle, [f"{MANIFEST} has no list of files"])
+    for i, record in enumerate(records):
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("path"), str)
+            and isinstance(record.get("size"), int)
+            and isinstance(record.get("sha256"), str)
+        ):
+            problems.append(f"files[{i}]: not a {{path, size, sha256}} record in {MANIFEST}")
             continue
-        listed[rel] = record
+        rel = record["path"]
+        if not _plain_relative(rel):
+            problems.append(f"{rel!r}: manifest lists a path outside the bundle (or not a plain relative path)")
+        elif rel in listed:
+            problems.append(f"{rel}: listed twice in {MANIFEST}")
+        else:
+            listed[rel] = record
     root = bundle.resolve()
     for rel, record in sorted(listed.items()):
         path = bundle / rel
@@ -69,11 +84,21 @@ def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
         rel = path.relative_to(bundle).as_posix()
         if path.is_dir() and not path.is_symlink():
             continue
-        if rel not in listed and rel not in UNLISTED:
+        if rel in UNLISTED and rel != MANIFEST and (path.is_symlink() or not path.is_file()):
+            problems.append(f"{rel}: is a link or not a regular file; bundles hold plain files only")
+        elif rel not in listed and rel not in UNLISTED:
             problems.append(f"{rel}: not in the manifest (extra file)")
     if problems:
         raise IntegrityError(bundle, problems)
     return manifest
+
+
+def _plain_relative(rel: str) -> bool:
+    """'models/a.gguf' yes; '', '/etc/x', '../x', 'a/../b', './a', 'a//b', 'a\\b', 'C:x', NUL bytes no."""
+    if not rel or "\0" in rel or "\\" in rel or rel.startswith("/") or ":" in rel.split("/")[0]:
+        return False
+    parts = rel.split("/")
+    return all(part not in ("", ".", "..") for part in parts)
 
 
 def artifact_record(manifest: dict[str, Any], name: str | None) -> dict[str, Any]:

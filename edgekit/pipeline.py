@@ -39,30 +39,26 @@ def output_path(recipe: Recipe, out_dir: Path | None, project: Path) -> Path:
     return base.expanduser().absolute() / recipe.name
 
 
-def preflight(recipe: Recipe, cache: StageCache, progress: Progress) -> None:
-    """Everything that can be checked before work starts: backends installed, sources and files exist."""
+def preflight(
+    recipe: Recipe, cache: StageCache, progress: Progress, final: Path | None = None, out_given: bool = False
+) -> None:
+    """Everything that can be checked before work starts, without writing anything: backends installed,
+    sources and files exist and are readable, and the bundle can go where it is asked to (`final`)."""
+    from edgekit.preflight import check_eval_files, check_output
+
     problems: list[RecipeProblem] = []
-    for i, target in enumerate(recipe.targets):
-        backend = get_backend(target.backend)
-        if not backend.available():
-            backend.require()  # raises MissingDependencyError naming the extra
-        del i
+    for target in recipe.targets:
+        get_backend(target.backend).require()  # MissingDependencyError names the extra to install
     try:
-        if not recipe.spec.model.source.startswith("hf://"):
-            fetch.resolve_source(recipe.spec.model, recipe, cache, progress)
+        if recipe.spec.model.source.startswith("hf://"):
+            problems += filter(None, [fetch.check_hub_source(recipe.spec.model)])
+        else:
+            fetch.locate_local(recipe.spec.model, recipe)  # exists, right kind, no unallowed pickle; not hashed yet
     except SourceError as exc:
         problems.append(RecipeProblem("model.source", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else "")))
-    cfg = recipe.spec.validation
-    if cfg.enabled:
-        from edgekit.sources import resolve_path
-
-        for key, value in [("validation.text", cfg.text)] + [
-            (f"validation.tasks[{i}]", t) for i, t in enumerate(cfg.tasks)
-        ]:
-            try:
-                resolve_path(value, recipe.base_dir)
-            except SourceError as exc:
-                problems.append(RecipeProblem(key, exc.message + (f"; {exc.hint}" if exc.hint else "")))
+    problems += check_eval_files(recipe)
+    if final is not None:
+        problems += check_output(final, from_recipe=not out_given)
     if problems:
         raise RecipeError(recipe.path, problems)
 
@@ -83,8 +79,8 @@ def build(
     final = output_path(recipe, out_dir, project)
     threads = threads or default_threads()
     env = BuildEnv(cache_root=cache.root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
+    preflight(recipe, cache, progress, final, out_given=out_dir is not None)
     cache.clean_partials()
-    preflight(recipe, cache, progress)
 
     def timed(stage: str, start: float) -> None:
         timings[stage] = timings.get(stage, 0.0) + time.time() - start
@@ -160,7 +156,17 @@ def build(
                 }
             )
         for name in excluded:
-            rows.append({"name": name, "verdict": verdicts[name], "excluded": True, **results[name]})
+            left_out = next(a for a in artifacts if a.name == name)
+            described = {
+                "backend": left_out.backend,
+                "scheme": left_out.scheme,
+                "size": left_out.size,
+                "tensor_types": left_out.details.get("tensor_types", {}),
+                "bits_per_weight": left_out.details.get("bits_per_weight"),
+                "details": left_out.details,
+                "required": name in required,
+            }
+            rows.append({"name": name, "verdict": verdicts[name], "excluded": True, **described, **results[name]})
         data = report.build_report(
             name=final.name,
             recipe=recipe,
@@ -195,7 +201,7 @@ def _convert_and_quantize(
     recipe: Recipe, checkpoint: Checkpoint, env: BuildEnv, cache: StageCache, progress: Progress
 ) -> list[Artifact]:
     model_sha = sha256_json(recipe.spec.model.model_dump(mode="json"))
-    meta = convert.provenance(checkpoint, recipe.name, model_sha)
+    meta = convert.provenance(checkpoint, model_sha)
     converted: dict[str, Any] = {}
     artifacts = []
     calibration = None

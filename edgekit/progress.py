@@ -79,14 +79,18 @@ class RichProgressReporter:
         )
 
     def __enter__(self) -> RichProgressReporter:
-        self._progress.start()
+        self._started = False  # started by the first task: an error before any work prints only itself
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        if self._started:
+            self._progress.stop()
 
     @contextlib.contextmanager
     def task(self, description: str, total: float | None = None) -> Iterator[Task]:
+        if not getattr(self, "_started", True):
+            self._progress.start()
+            self._started = True
         task_id = self._progress.add_task(description, total=total)
         try:
             yield _RichTask(self._progress, task_id)

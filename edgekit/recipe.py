@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import stat
+import tomllib
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from edgekit.backends.base import Gates
@@ -22,6 +23,9 @@ from edgekit.errors import RecipeError, RecipeProblem
 from edgekit.suggest import did_you_mean
 
 MAX_RECIPE_BYTES = 256 * 1024
+# tomllib's memory grows with the square of a dotted key's length (a.a.a… on one 200 KB line takes
+# gigabytes), and nothing in a recipe needs long lines: bound them before parsing.
+MAX_LINE_CHARS = 4096
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "smollm2-135m.toml"
 SOURCE_SCHEMES = ("hf://", "pkg://", "file://")
@@ -75,6 +79,7 @@ class TargetSpec(_Section):
     required: bool = True  # a failing required artifact fails the build
     options: dict[str, Any] = Field(default_factory=dict)
     gates: Gates | None = None
+    note: str | None = Field(None, max_length=4000, description="shown beside this artifact in the report")
 
 
 class ClozeTask(_Section):
@@ -117,6 +122,8 @@ class BenchSection(_Section):
     concurrency: tuple[Annotated[int, Field(ge=1, le=4)], ...] = (1, 2, 4)
     baseline: bool = True
     bandwidth_mib: int = Field(256, ge=16, le=16384, description="array size of the bandwidth probe")
+    loads: bool = Field(True, description="time loads with/without mmap (and mlock), cold and warm page cache")
+    warmup_tokens: int = Field(4, ge=0, le=256, description="decoded before any timing, as serve's warm-up does")
 
 
 class RuntimeDefaults(_Section):
@@ -173,6 +180,7 @@ class Target:
     required: bool
     options: BaseModel
     gates: Gates | None
+    note: str | None = None  # shown beside the artifact in the report
 
 
 @dataclass(frozen=True)
@@ -204,7 +212,10 @@ class Recipe:
 def load_recipe(path: Path | str) -> Recipe:
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        if not stat.S_ISREG(path.stat().st_mode):  # a folder, /dev/zero or a pipe: never read it
+            raise RecipeError(path, [RecipeProblem("", "is not a regular file; pass the path of a .toml recipe")])
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)  # parse_recipe rejects anything longer
     except FileNotFoundError:
         raise RecipeError(path, [RecipeProblem("", "file not found; pass the path of a .toml recipe")]) from None
     except OSError as exc:
@@ -216,7 +227,7 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
     if len(raw) > MAX_RECIPE_BYTES:
         raise RecipeError(
             path,
-            [RecipeProblem("", f"is {len(raw):,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes")],
+            [RecipeProblem("", f"is over {MAX_RECIPE_BYTES:,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes")],
         )
     try:
         text = raw.decode("utf-8")
@@ -225,15 +236,30 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
         raise RecipeError(
             path, [RecipeProblem("", f"is not UTF-8 text (byte {exc.start}, line {line}); save it as UTF-8")]
         ) from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise RecipeError(
+                path,
+                [
+                    RecipeProblem(
+                        "",
+                        f"line {number} is {len(line):,} characters long; a recipe line is at most {MAX_LINE_CHARS:,} "
+                        "(split long arrays over several lines)",
+                    )
+                ],
+            )
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(path, [RecipeProblem("", f"is not valid TOML: {exc}")]) from None
+    except RecursionError:
+        raise RecipeError(path, [RecipeProblem("", "nests arrays or tables too deeply to be a recipe")]) from None
     try:
         spec = RecipeModel.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(path, _problems_from(exc, RecipeModel)) from None
+        raise RecipeError(path, _problems_from(exc, RecipeModel, data=data)) from None
     targets, problems = _resolve_targets(spec)
+    problems += _contradictions(spec)
     if problems:
         raise RecipeError(path, problems)
     return Recipe(
@@ -243,6 +269,40 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
         spec=spec,
         targets=tuple(targets),
     )
+
+
+def _contradictions(spec: RecipeModel) -> list[RecipeProblem]:
+    """Options that are each valid but cannot all hold: the build would ignore one or fail late."""
+    found: list[RecipeProblem] = []
+    validation, runtime = spec.validation, spec.bundle.runtime
+    if not validation.enabled:
+        if spec.bundle.exclude_failed:
+            found.append(
+                RecipeProblem(
+                    "bundle.exclude_failed",
+                    "excludes artifacts that fail validation, but [validation] enabled = false; enable validation "
+                    "or remove exclude_failed",
+                )
+            )
+        gated = ["validation.gates"] if validation.gates is not None else []
+        gated += [f"targets[{i}].gates" for i, t in enumerate(spec.targets) if t.gates is not None]
+        found += [
+            RecipeProblem(key, "sets accuracy gates, but [validation] enabled = false; enable validation or remove it")
+            for key in gated
+        ]
+    if runtime.max_request_tokens > runtime.n_ctx:
+        found.append(
+            RecipeProblem(
+                "bundle.runtime.max_request_tokens",
+                f"{runtime.max_request_tokens} is larger than the context (bundle.runtime.n_ctx = {runtime.n_ctx}); "
+                "no request that long could be served. Lower it or raise n_ctx",
+            )
+        )
+    if spec.model.allow_patterns is not None and not spec.model.source.startswith("hf://"):
+        found.append(
+            RecipeProblem("model.allow_patterns", "only applies to hf:// sources; remove it for a local or pkg:// one")
+        )
+    return found
 
 
 def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProblem]]:
@@ -276,7 +336,7 @@ def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProble
         try:
             options = backend.options_model.model_validate(t.options)
         except ValidationError as exc:
-            problems += _problems_from(exc, backend.options_model, prefix=f"{key}.options")
+            problems += _problems_from(exc, backend.options_model, prefix=f"{key}.options", data=t.options)
             continue
         target_problems = backend.check_target(t.scheme, options)
         problems += [
@@ -293,7 +353,7 @@ def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProble
             )
             continue
         seen[name] = i
-        targets.append(Target(t.backend, t.scheme, name, t.required, options, t.gates))
+        targets.append(Target(t.backend, t.scheme, name, t.required, options, t.gates, t.note))
     return targets, problems
 
 
@@ -349,10 +409,64 @@ def _expected(model: type[BaseModel] | None, field_name: str | int) -> str:
     return ""
 
 
-def _problems_from(exc: ValidationError, root: type[BaseModel], prefix: str = "") -> list[RecipeProblem]:
+# pydantic's words for the Python types it wanted, in the words of the TOML file being read
+TOML_WORDS = {
+    "tuple_type": "expected an array",
+    "list_type": "expected an array",
+    "string_type": "expected a string (in quotes)",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected an integer, not a fraction",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "dict_type": "expected a table",
+    "too_short": "must not be empty; add at least one",
+    "model_type": "expected a table (a [section] or { key = value, ... })",
+    "model_attributes_type": "expected a table (a [section] or { key = value, ... })",
+}
+BOUNDS = {
+    "greater_than_equal": ("at least", "ge"),
+    "greater_than": ("more than", "gt"),
+    "less_than_equal": ("at most", "le"),
+    "less_than": ("less than", "lt"),
+    "string_too_long": ("at most this many characters:", "max_length"),
+}
+NAME_RULE = "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _real_loc(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
+    """`loc` without pydantic's union-member tags ("tuple[int, ...]"), keeping keys that are in the data."""
+    kept: list[str | int] = []
+    current = data
+    for part in loc:
+        in_dict = isinstance(current, dict) and part in current
+        if in_dict or (isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)):
+            current = current[part]
+        elif isinstance(part, str) and "[" in part:
+            continue
+        else:
+            current = None
+        kept.append(part)
+    return tuple(kept)
+
+
+def _problems_from(
+    exc: ValidationError, root: type[BaseModel], prefix: str = "", data: Any = None
+) -> list[RecipeProblem]:
     problems: list[RecipeProblem] = []
     for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        loc = _real_loc(tuple(err["loc"]), data)
         key = _loc_to_key(loc)
         if prefix:
             key = f"{prefix}.{key}" if key else prefix
@@ -362,12 +476,24 @@ def _problems_from(exc: ValidationError, root: type[BaseModel], prefix: str = ""
             problems.append(
                 RecipeProblem(
                     key,
-                    "unknown key" + (f"; expected one of {', '.join(allowed)}" if allowed else ""),
-                    did_you_mean(str(loc[-1]), allowed) if allowed else None,
+                    "unknown key"
+                    + (
+                        f"; expected one of {', '.join(allowed)}"
+                        if allowed
+                        else "; this table takes no keys"
+                        if parent
+                        else ""
+                    ),
+                    did_you_mean(str(loc[-1]), allowed) if allowed and loc else None,
                 )
             )
         elif err["type"] == "missing":
-            problems.append(RecipeProblem(key, "required key is missing"))
+            if key == "targets":
+                problems.append(RecipeProblem(key, "no targets; add a [[targets]] section with backend and scheme"))
+            elif _model_at(root, loc) is not None:
+                problems.append(RecipeProblem(key, f"required section [{key}] is missing; add it"))
+            else:
+                problems.append(RecipeProblem(key, "required key is missing; add it"))
         elif err["type"] == "literal_error":
             allowed_values = [str(v).strip("'") for v in re.findall(r"'([^']*)'", err["msg"])]
             problems.append(
@@ -378,8 +504,18 @@ def _problems_from(exc: ValidationError, root: type[BaseModel], prefix: str = ""
                 )
             )
         else:
-            message = err["msg"].removeprefix("Value error, ")
-            shown = repr(err["input"]) if not isinstance(err["input"], dict) else "a table"
+            message = TOML_WORDS.get(err["type"]) or err["msg"].removeprefix("Value error, ")
+            if err["type"] in BOUNDS:
+                word, bound = BOUNDS[err["type"]]
+                message = f"must be {word} {err.get('ctx', {}).get(bound)}"
+            if err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NAME_PATTERN:
+                message = NAME_RULE
+            if isinstance(err["input"], dict) and err["type"] == "value_error":  # a whole-section check
+                problems.append(RecipeProblem(key, message))
+                continue
+            if key == "targets" and err["type"] == "tuple_type":
+                message += "; write each target as a [[targets]] section"
+            shown = _shown(err["input"])
             problems.append(RecipeProblem(key, f"{message} (got {shown}){_expected(parent, loc[-1] if loc else '')}"))
     return _dedupe(problems)
 

@@ -29,7 +29,9 @@ def resolve_pkg(uri: str) -> Path:
     if not path.is_relative_to(base):
         raise SourceError(f"{uri}: path leaves the package {package!r}", "use a path inside the package")
     if not path.exists():
-        raise SourceError(f"{uri}: {inner!r} is not in package {package!r} (looked in {base})")
+        raise SourceError(
+            f"{uri}: {inner!r} is not in package {package!r} (looked in {base})", "fix the path inside the package"
+        )
     return path
 
 
@@ -40,5 +42,7 @@ def resolve_path(value: str, base_dir: Path) -> Path:
     path = Path(value.removeprefix("file://")).expanduser()
     path = path if path.is_absolute() else base_dir / path
     if not path.exists():
-        raise SourceError(f"{value}: no such file or folder ({path})")
+        raise SourceError(
+            f"{value}: no such file or folder ({path})", "fix the path (a relative path starts at the recipe's folder)"
+        )
     return path

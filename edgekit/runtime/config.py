@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edgekit.errors import RuntimeConfigError
@@ -28,11 +28,20 @@ class RuntimeConfig(BaseModel):
     n_batch: int = Field(256, ge=1)
     max_concurrent: int = Field(4, ge=1, le=4)
     warmup_tokens: int = Field(8, ge=0)
-    numa: Literal["none", "isolate", "distribute"] = "none"
+    numa: Literal["auto", "none", "isolate", "distribute"] = "none"  # auto: decided on the box (runtime.numa)
     numa_node: int | None = None
     max_queue: int = Field(16, ge=1)
     max_request_tokens: int = Field(512, ge=1)
     derived_from: str = "recipe defaults"
+    # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see README).
+    num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS
+    cpu_pinning: bool | None = None  # OpenVINO ENABLE_CPU_PINNING
+    scheduling_core_type: Literal["ANY_CORE", "PCORE_ONLY", "ECORE_ONLY"] | None = None  # OpenVINO, hybrid CPUs
+    inference_precision: Literal["f32", "bf16", "f16"] | None = None  # OpenVINO INFERENCE_PRECISION_HINT
+    inter_op_threads: int | None = Field(None, ge=1, le=1024)  # ONNX Runtime inter_op_num_threads
+    execution_mode: Literal["sequential", "parallel"] | None = None  # ONNX Runtime
+    memory_arena: bool | None = None  # ONNX Runtime enable_cpu_mem_arena
+    env_allocators: bool | None = None  # ONNX Runtime session.use_env_allocators (one shared arena)
 
 
 def default_threads() -> int:

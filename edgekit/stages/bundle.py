@@ -54,7 +54,7 @@ def tool_versions(extra: dict[str, str | None] | None = None) -> dict[str, str |
         "gguf": v("gguf"),
         "numpy": v("numpy"),
     }
-    for dist in ("openvino", "openvino-genai", "openvino-tokenizers", "nncf", "optimum", "optimum-intel",
+    for dist in ("openvino", "openvino-tokenizers", "nncf", "optimum", "optimum-intel",
                  "optimum-onnx", "onnx", "onnxruntime"):  # fmt: skip
         if (value := v(dist)) is not None:
             found[dist] = value

@@ -6,6 +6,7 @@ quantizes from the same converted model.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,18 @@ from edgekit.progress import Progress
 STAGE = "convert"
 
 
-def provenance(checkpoint: Checkpoint, name: str, model_section_sha256: str) -> dict[str, str]:
+def model_name(uri: str) -> str:
+    """A model name from the source alone, so renaming a bundle does not invalidate conversions."""
+    stem = uri.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"\.(gguf|safetensors)$", "", stem, flags=re.I) or "model"
+
+
+def provenance(checkpoint: Checkpoint, model_section_sha256: str) -> dict[str, str]:
     """Metadata written into converted models (GGUF keys; other backends keep it in their config)."""
     from edgekit import __version__
 
     values = {
-        "name": name,
+        "name": model_name(checkpoint.uri),
         "general.source.url": checkpoint.uri,
         "general.quantized_by": f"edgekit {__version__}",
         "edgekit.version": __version__,

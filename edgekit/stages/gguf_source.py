@@ -10,6 +10,7 @@ recognises it and the tokenization check downstream compares like with like.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ FILE_TYPES = {
 }  # fmt: skip
 
 
-def describe_gguf(path: Path) -> dict[str, Any]:
+def gguf_field_reader(path: Path) -> Callable[..., Any]:
+    """field(key, default=None) → the value of a GGUF metadata key."""
     import gguf
 
     reader = gguf.GGUFReader(path)
@@ -28,6 +30,11 @@ def describe_gguf(path: Path) -> dict[str, Any]:
         value = reader.fields.get(key)
         return value.contents() if value is not None else default
 
+    return field
+
+
+def describe_gguf(path: Path) -> dict[str, Any]:
+    field = gguf_field_reader(path)
     file_type = field("general.file_type")
     return {
         "architecture": field("general.architecture"),
@@ -35,16 +42,14 @@ def describe_gguf(path: Path) -> dict[str, Any]:
         "file_type": FILE_TYPES.get(file_type, f"type {file_type}"),
         "tokenizer_model": field("tokenizer.ggml.model"),
         "tokenizer_pre": field("tokenizer.ggml.pre"),
-        "_reader_field": field,
     }
 
 
 def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     info = describe_gguf(gguf_path)
-    field = info.pop("_reader_field")
     folder, name = gguf_path.parent, gguf_path.name
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
@@ -57,9 +62,17 @@ def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    _clean_tokenizer(tokenizer, field, info["tokenizer_model"]).save_pretrained(out)
+    hf_tokenizer_from_gguf(gguf_path).save_pretrained(out)
     return info
+
+
+def hf_tokenizer_from_gguf(gguf_path: Path) -> Any:
+    """A transformers fast tokenizer that follows the GGUF's own tokenizer metadata."""
+    from transformers import AutoTokenizer
+
+    field = gguf_field_reader(gguf_path)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    return _clean_tokenizer(tokenizer, field, field("tokenizer.ggml.model"))
 
 
 def _clean_tokenizer(tokenizer: Any, field: Any, tokenizer_model: str | None) -> Any:

@@ -149,7 +149,8 @@ def load_reference(entry: CacheEntry) -> Reference:
         cloze_correct=np.array(meta["cloze"]["reference_correct"], dtype=bool),
         tasks=tasks,
         task_scores=scores,
-        meta=meta,
+        # What producing the entry took (reference pass, tasks and noise floor), for the reuse figures.
+        meta={**meta, "entry_seconds": entry.meta.get("seconds")},
     )
 
 
@@ -398,7 +399,11 @@ def noise_floor_metrics(ref: Reference, cfg: ValidationSection) -> dict[str, Any
     if not noise:
         return None
     evaluation = _load_evaluation(ref.entry.path / noise["file"], noise["task_scores"])
-    return {"dtype": noise["dtype"], **summarise(evaluation, ref, cfg)}
+    return {
+        "dtype": noise["dtype"],
+        **summarise(evaluation, ref, cfg),
+        "token_file": str(ref.entry.path / noise["file"]),
+    }
 
 
 def judge_artifact(result: dict[str, Any], gates: Gates) -> dict[str, Any]:
@@ -425,7 +430,14 @@ def judge_artifact(result: dict[str, Any], gates: Gates) -> dict[str, Any]:
                     "verdict": judge(e, threshold, direction),
                 }
             )
-    return {"checks": checks, "verdict": overall_verdict(checks) if checks else "pass", "reasons": _reasons(checks)}
+    if not checks:
+        # No threshold means nothing was checked: that is not a pass.
+        return {
+            "checks": [],
+            "verdict": "inconclusive",
+            "reasons": ["no accuracy gates are set for this scheme; set [validation.gates] or [targets.gates]"],
+        }
+    return {"checks": checks, "verdict": overall_verdict(checks), "reasons": _reasons(checks)}
 
 
 def _reasons(checks: list[dict[str, Any]]) -> list[str]:

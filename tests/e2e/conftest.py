@@ -15,8 +15,11 @@ from edgekit.recipe import DEFAULT_RECIPE, load_recipe
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # This hook sees every collected item, not only this folder's: mark only the tests under tests/e2e/.
+    here = Path(__file__).resolve().parent
     for item in items:
-        item.add_marker(pytest.mark.e2e)
+        if item.path.resolve().is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +55,36 @@ def default_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path
         out_dir=out,
         command="edgekit build",
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> Path:
+    """A 2-layer random Llama (seed 0: the same bytes every session) with SmolLM2's tokenizer."""
+    from hub_fixtures import save_tiny_llama
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny") / "model", smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_dir(e2e_cache_root: Path) -> Path:
+    """llama.cpp's converter, fetched once into the shared cache; tests with fresh caches point at it."""
+    from edgekit.toolchain import get_converter
+
+    return get_converter(e2e_cache_root).root
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, e2e_cache_root: Path) -> Path:
+    """A real bundle of the tiny model, built once per session through the shared cache (read-only: copy it)."""
+    from tiny_project import make_project
+
+    project = make_project(tmp_path_factory.mktemp("tiny-build") / "project", tiny_model)
+    os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)
+    result = build(
+        load_recipe(project / "recipe.toml"),
+        cache=StageCache(e2e_cache_root),
+        progress=SilentProgress(),
+        project=project,
+        command="edgekit build recipe.toml",
+    )
+    return result.bundle

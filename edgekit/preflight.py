@@ -1,0 +1,69 @@
+"""Checks that need the file system but no work: run before the first stage, so bad input writes nothing.
+
+The recipe schema (`edgekit.recipe`) checks what a recipe says; these check what it points at: the
+validation text and task files can be read, and the bundle can be written where the recipe asks
+without replacing something that is not an edgekit bundle. Every finding is a `RecipeProblem` with
+the recipe key it comes from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgekit.errors import RecipeProblem, SourceError
+from edgekit.manifest import MANIFEST
+from edgekit.recipe import Recipe
+from edgekit.sources import resolve_path
+
+
+def check_eval_files(recipe: Recipe) -> list[RecipeProblem]:
+    """The validation text is a readable UTF-8 file; every task file is well-formed JSONL."""
+    from edgekit.evaldata import load_text, multiple_choice_task
+
+    cfg = recipe.spec.validation
+    if not cfg.enabled:
+        return []
+    problems: list[RecipeProblem] = []
+    entries = [("validation.text", cfg.text)] + [(f"validation.tasks[{i}]", t) for i, t in enumerate(cfg.tasks)]
+    for key, value in entries:
+        try:
+            path = resolve_path(value, recipe.base_dir)
+            if not path.is_file():
+                raise SourceError(f"{value}: not a file ({path})", "point it at a text file")
+            if key == "validation.text":
+                if not load_text(value, recipe.base_dir).text.strip():
+                    raise SourceError(f"{value}: the eval text is empty", "point it at a longer text")
+            else:
+                multiple_choice_task(path, lambda text: [], 1)  # structure only; tokenized later
+        except SourceError as exc:
+            problems.append(RecipeProblem(key, exc.message + (f"; {exc.hint}" if exc.hint else "")))
+        except UnicodeDecodeError as exc:
+            problems.append(RecipeProblem(key, f"{value}: not UTF-8 text (byte {exc.start}); save it as UTF-8"))
+        except OSError as exc:
+            problems.append(RecipeProblem(key, f"{value}: cannot be read ({exc.strerror})"))
+    return problems
+
+
+def check_output(final: Path, *, from_recipe: bool) -> list[RecipeProblem]:
+    """`final` (the bundle folder) can be created, and replacing it would only replace an edgekit bundle."""
+    key = "bundle.output_dir" if from_recipe else "--out"
+    fix = "choose another [bundle] output_dir or name" if from_recipe else "choose another --out"
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        return [RecipeProblem(key, f"{final} exists and is not a folder; {fix}")]
+    if final.is_dir() and any(final.iterdir()) and not (final / MANIFEST).is_file():
+        return [
+            RecipeProblem(
+                key,
+                f"{final} is a folder that is not an edgekit bundle (no {MANIFEST}); the build would replace it. "
+                f"Move it away or {fix}",
+            )
+        ]
+    probe = final.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return [RecipeProblem(key, f"{probe} is a file, so {final.parent} cannot be created; {fix}")]
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return [RecipeProblem(key, f"{probe} is not writable; {fix}")]
+    return []

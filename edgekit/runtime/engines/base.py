@@ -1,0 +1,57 @@
+"""The runtime engine contract: what `run`, `serve`, `bench` and validation need from a backend.
+
+An engine owns a loaded model. It prefills a sequence (`start`), then advances every active
+sequence by one token per `step` — in one batch where the backend can (llama.cpp runs up to
+`max_sequences` sequences in one context, so the weights are read once per step for all of them,
+which is what makes small batches nearly free on a memory-bound CPU). Engines never import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+class Engine(Protocol):
+    backend: str
+    max_sequences: int  # how many sequences may be active at once (≤ runtime max_concurrent)
+
+    @property
+    def eos_ids(self) -> frozenset[int]: ...
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]: ...
+
+    def detokenize(self, ids: Sequence[int]) -> bytes:
+        """Bytes, not str: a token may end inside a UTF-8 character; callers decode incrementally."""
+        ...
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """float32 (len(ids), vocab) logits of `ids` from an empty context (validation seam)."""
+        ...
+
+    def start(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> int:
+        """Prefill `prompt_ids` as sequence `seq` and return its first generated token."""
+        ...
+
+    def step(self) -> dict[int, int]:
+        """Generate the next token of every active sequence, in one batch where possible."""
+        ...
+
+    def finish(self, seq: int) -> None:
+        """Free sequence `seq` (its KV cache slot)."""
+        ...
+
+    def close(self) -> None: ...

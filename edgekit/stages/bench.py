@@ -1,0 +1,113 @@
+"""bench: measure every artifact on this CPU; GGUF ones against the memory-bandwidth roofline.
+
+The measurements run in fresh worker processes (`edgekit.runtime.benchmark`, no torch), and are
+cached in the stage cache under a key made of the artifacts' cache keys, the bench settings, the
+llama-cpp-python version and a machine fingerprint (CPU model, core counts, NUMA nodes): a rebuild
+on the same machine reuses them, another machine measures again.
+
+report["bench"] — every figure is a median over `settings.runs` runs unless it is a {median, min,
+max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib = MiB, gib_s = GiB/s):
+
+    schema_version          1
+    machine                 cpu_model, arch, physical_cores, logical_cores, numa_nodes, memory_total_mib,
+                            fingerprint
+    bandwidth               array_mib, kernels_gib_s_by_processes {P: {copy|add|triad|read: summary}},
+                            best_gib_s_by_processes {P: GiB/s}  (STREAM-style probe, P processes at once)
+    settings                the [bench] recipe section as run, n_ctx/n_batch, threads_swept
+    artifacts {name: ...}   per artifact. GGUF: everything below. Other backends are measured through their
+                            runtime engine (threads, TTFT, decode by sequences, RSS); the load modes, the
+                            Llama() baseline and the roofline (bytes per token from the tensor table) are
+                            GGUF-only and null/absent. An artifact whose engine cannot run on this machine
+                            is {backend, scheme, skipped: reason}.
+        backend, scheme, file_mib, bytes_per_token (weights read per generated token), tensor_types {type: params}
+        n_threads, n_threads_batch          tuned: the sweep's best decode / prompt thread counts
+        decode_tok_s, prompt_tok_s, ttft_ms, peak_rss_mib
+                                            tuned settings, one sequence, prompt of settings.prompt_tokens
+        decode_tok_s_by_sequences {c: tok/s}          aggregate decode speed of c sequences in one batch
+        per_sequence_tok_s_by_sequences {c: tok/s}    what each of the c sequences sees
+        batch_speedup_by_sequences {c: ratio}         aggregate at c ÷ one sequence, per run, median
+        peak_rss_mib_by_sequences {c: MiB}            peak RSS of the process serving c sequences
+        decode_tok_s_by_threads, prompt_tok_s_by_threads {t: tok/s}    the thread sweep
+        bandwidth_gib_s     best measured bandwidth with up to n_threads processes
+        roofline_tok_s      bandwidth_gib_s × 2^30 ÷ bytes_per_token: decode speed if only memory limited it
+        roofline_ratio      decode_tok_s ÷ roofline_tok_s
+        load_ms_<mode>_<cache>, first_token_ms_<mode>_<cache>
+                            mode: mmap | no_mmap | mlock; cache: cold (file evicted from the page cache
+                            with posix_fadvise) | warm. load_ms: llama_model_load_from_file alone;
+                            first_token_ms: from the start of the load to the first token of a short prompt
+        no_mmap_over_mmap_cold_first_token, no_mmap_over_mmap_warm_first_token    ratios within each run
+        baseline_decode_tok_s, baseline_ttft_ms, baseline_prompt_tok_s, baseline_peak_rss_mib,
+        baseline_settings   plain `llama_cpp.Llama(model_path)` with its defaults, same prompt, greedy
+        tuned_over_baseline_decode          decode_tok_s ÷ baseline_decode_tok_s, within each run
+        baseline_over_tuned_ttft            baseline_ttft_ms ÷ ttft_ms (> 1: tuned answers sooner)
+        load {mode: {cache: {load_ms, context_ms, first_token_ms, peak_rss_mib, rss_anon_mib,
+              rss_file_mib, locked_mib: summary}}}     (mmap keeps weights in file-backed pages, no_mmap
+                                                        in anonymous ones; locked_mib shows mlock held)
+        load_skipped {mode: reason}         e.g. mlock without RLIMIT_MEMLOCK or CAP_IPC_LOCK
+        spread {"<section> <key…>": summary}          every raw measurement's median, min, max, n
+    comparisons
+        q4_over_highest_precision_decode    {numerator, denominator, ratio: summary, bytes_per_token_ratio}:
+                                            Q4_K_M decode ÷ F16 (else Q8_0) decode, within each run
+    jobs, seconds, created  worker processes run, wall time, when
+    cache                   {key, reused}: the stage cache entry these figures came from
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from edgekit.backends.base import Artifact
+from edgekit.cache import StageCache
+from edgekit.progress import Progress
+from edgekit.recipe import Recipe
+from edgekit.runtime import derive, machine
+from edgekit.runtime.benchmark import BENCH_METHOD, BENCH_SCHEMA, Benchmark, BenchSettings, BenchTarget
+
+
+def settings_for(recipe: Recipe) -> BenchSettings:
+    cfg = recipe.spec.bench
+    runtime = recipe.spec.bundle.runtime
+    return BenchSettings(
+        prompt_tokens=cfg.prompt_tokens,
+        gen_tokens=cfg.gen_tokens,
+        runs=cfg.runs,
+        threads=None if cfg.threads == "auto" else tuple(cfg.threads),
+        concurrency=tuple(sorted(set(cfg.concurrency))),
+        baseline=cfg.baseline,
+        bandwidth_mib=cfg.bandwidth_mib,
+        n_ctx=runtime.n_ctx,
+        n_batch=runtime.n_batch,
+        warmup_tokens=cfg.warmup_tokens,
+        loads=cfg.loads,
+    )
+
+
+def run(recipe: Recipe, artifacts: list[Artifact], cache: StageCache, progress: Progress) -> dict[str, Any]:
+    settings = settings_for(recipe)
+    described = machine.describe()
+    try:
+        llama_version = version("llama-cpp-python")
+    except PackageNotFoundError:
+        llama_version = None
+    inputs = {
+        "artifacts": [
+            {"name": a.name, "key": a.key, "backend": a.backend, "scheme": a.scheme, "size": a.size} for a in artifacts
+        ],
+        "settings": settings.as_dict(),
+        "machine": described["fingerprint"],
+        "versions": {"llama-cpp-python": llama_version, "bench_schema": BENCH_SCHEMA, "bench_method": BENCH_METHOD},
+    }
+    targets = [BenchTarget(a.name, a.path, a.backend, a.scheme) for a in artifacts]
+    with progress.task(f"bench  {len(targets)} artifacts on {described['cpu_model']}") as task:
+
+        def produce(_tmp: Any) -> dict[str, Any]:
+            return Benchmark(targets, settings, log=task.update).run()
+
+        entry = cache.get_or_produce("bench", inputs, produce)
+    return {**entry.result, "cache": {"key": entry.key, "reused": entry.reused}}
+
+
+def derive_runtime(bench_results: dict[str, Any], artifact_name: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """runtime.toml values for `artifact_name` from the bench (threads, mmap, concurrency, NUMA)."""
+    return derive.derive_runtime(bench_results, artifact_name, defaults)

@@ -1,0 +1,204 @@
+"""One contract for every backend (NNCF's cross-framework test templates, in miniature).
+
+`BackendContract` is the contract; each backend subclasses it with its scheme, options and the
+bounds that scheme must meet on the real SmolLM2-135M checkpoint:
+
+    convert → quantize → the details carry a precision histogram read back from the artifact
+    → logits for token ids: right shape, and close to the torch reference (top-1, mean KL) on a short text
+    → the bundle holds the artifact (file or folder) and verifies
+    → the runtime engine loads it from the bundle in a process without torch, and generates;
+      its first greedy token is the argmax of its own logits() — the validation seam is the serving path.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from _contract import BUNDLE_NAME, REFERENCE_TEXT, recipe_text
+
+from edgekit.backends import get_backend
+from edgekit.backends.base import Artifact, BuildEnv, Checkpoint
+from edgekit.cache import StageCache
+from edgekit.manifest import verify_bundle
+from edgekit.pipeline import BuildResult, build
+from edgekit.progress import SilentProgress
+from edgekit.recipe import Recipe, parse_recipe
+
+ENGINE_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.loader import open_bundle
+
+bundle, name = Path(sys.argv[1]), sys.argv[2]
+loaded = open_bundle(bundle, artifact=name, overrides={"n_threads": 2, "n_threads_batch": 2}, warm_up=False)
+engine = loaded.engine
+prompt = engine.tokenize("The capital of France is")
+expected = int(engine.logits(prompt)[-1].argmax())
+tokens = [engine.start(0, prompt, Sampling())]
+tokens += [engine.step()[0] for _ in range(11)]
+engine.finish(0)
+chat = engine.tokenize("<|im_start|>user", special=True)
+print(json.dumps({
+    "backend": engine.backend,
+    "tokens": tokens,
+    "expected_first": expected,
+    "text": engine.detokenize(tokens).decode("utf-8", "replace"),
+    "eos": sorted(engine.eos_ids),
+    "template": bool(engine.chat_template),
+    "chat_ids": chat,
+    "heavy": sorted(m for m in ("torch", "transformers", "edgekit.backends", "edgekit.stages") if m in sys.modules),
+}))
+engine.close()
+"""
+
+
+def mean_kld(reference: np.ndarray, candidate: np.ndarray) -> float:
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float64) - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    lr, lc = log_softmax(reference), log_softmax(candidate)
+    return float((np.exp(lr) * (lr - lc)).sum(-1).mean())
+
+
+@pytest.fixture(scope="class")
+def recipe(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Recipe:
+    contract: type[BackendContract] = request.cls
+    path = tmp_path_factory.mktemp(f"{contract.backend}-{contract.scheme}") / "recipe.toml"
+    path.write_text(recipe_text(contract.backend, contract.scheme, contract.options))
+    return parse_recipe(path.read_bytes(), path)
+
+
+@pytest.fixture(scope="class")
+def artifact(recipe: Recipe, checkpoint: Checkpoint, contract_cache: StageCache) -> Artifact:
+    from edgekit.hashing import sha256_json
+    from edgekit.stages import convert, quantize
+
+    (target,) = recipe.targets
+    backend = get_backend(target.backend)
+    if not backend.available():
+        pytest.skip(f"the {target.backend} backend is not installed")
+    wants_text = getattr(backend, "needs_calibration", lambda *_: False)
+    assert not wants_text(target.scheme, target.options), "keep contract targets data-free (fast)"
+    env = BuildEnv(cache_root=contract_cache.root, threads=2)
+    meta = convert.provenance(checkpoint, recipe.name, sha256_json(recipe.spec.model.model_dump(mode="json")))
+    converted = convert.run(target.backend, checkpoint, env, contract_cache, SilentProgress(), meta)
+    return quantize.run(target, converted, env, contract_cache, SilentProgress())
+
+
+@pytest.fixture(scope="class")
+def bundle(recipe: Recipe, artifact: Artifact, contract_cache: StageCache, tmp_path_factory: Any) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    result: BuildResult = build(recipe, cache=contract_cache, progress=SilentProgress(), out_dir=out, threads=2)
+    assert result.bundle == out / BUNDLE_NAME
+    return result.bundle
+
+
+class BackendContract:
+    backend: ClassVar[str]
+    scheme: ClassVar[str]
+    options: ClassVar[dict[str, Any]] = {}
+    expected_types: ClassVar[set[str]]  # precision labels the histogram must contain
+    bits: ClassVar[tuple[float, float]]  # bits per weight, including scales
+    min_top1: ClassVar[float]  # on REFERENCE_TEXT, ~100 tokens
+    max_kld: ClassVar[float]
+    folder: ClassVar[bool] = True  # the artifact is a folder (IR, ONNX) rather than one file (GGUF)
+
+    # --- the contract ---------------------------------------------------------------------------
+
+    def test_details_carry_a_precision_histogram(self, artifact: Artifact) -> None:
+        details = artifact.details
+        types = details["tensor_types"]
+        assert self.expected_types <= set(types), types
+        for entry in types.values():
+            assert set(entry) == {"tensors", "params", "bytes"} and min(entry.values()) > 0
+        params = sum(t["params"] for t in types.values())
+        assert params >= 134_000_000  # every weight of SmolLM2-135M is accounted for
+        low, high = self.bits
+        assert low <= details["bits_per_weight"] <= high, details["bits_per_weight"]
+        assert 0 < details["bytes_per_token"] <= sum(t["bytes"] for t in types.values())
+        assert artifact.path.is_dir() == self.folder
+
+    @pytest.mark.parametrize("n_ctx", [128, 512])
+    def test_logits_agree_with_the_reference(
+        self, artifact: Artifact, reference: tuple[list[int], np.ndarray], n_ctx: int
+    ) -> None:
+        ids, expected = reference
+        runner = get_backend(self.backend).open_runner(artifact.path, n_ctx=n_ctx, threads=2)
+        try:
+            assert runner.tokenize(REFERENCE_TEXT) == ids
+            logits = runner.logits(ids)
+            assert runner.vocab_size == expected.shape[1]
+        finally:
+            runner.close()
+        assert logits.shape == expected.shape and logits.dtype == np.float32 and np.isfinite(logits).all()
+        top1 = float((logits.argmax(-1) == expected.argmax(-1)).mean())
+        kld = mean_kld(expected, logits)
+        assert top1 >= self.min_top1 and kld <= self.max_kld, (top1, kld)
+
+    def test_bundle_holds_the_artifact_and_verifies(self, bundle: Path, artifact: Artifact) -> None:
+        manifest = verify_bundle(bundle)
+        (record,) = manifest["artifacts"]
+        assert (record["backend"], record["scheme"], record["name"]) == (self.backend, self.scheme, artifact.name)
+        path = bundle / record["path"]
+        assert path.is_dir() == self.folder and record["size"] == artifact.size
+        assert record["verdict"] in ("pass", "fail", "inconclusive")  # validated through its backend's runner
+        assert record["tensor_types"] == artifact.details["tensor_types"]
+        listed = {f["path"] for f in manifest["files"]}
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if self.folder else [path]
+        assert files and all(p.relative_to(bundle).as_posix() in listed for p in files)
+        command = [sys.executable, "-m", "edgekit", "inspect", str(bundle)]
+        inspect = subprocess.run(command, capture_output=True, text=True)
+        assert inspect.returncode == 0 and artifact.name in inspect.stdout, inspect.stderr
+
+    def test_engine_runs_from_the_bundle_without_torch(self, bundle: Path, artifact: Artifact) -> None:
+        proc = subprocess.run(
+            [sys.executable, "-c", ENGINE_SCRIPT, str(bundle), artifact.name],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["backend"] == self.backend and out["heavy"] == []
+        assert out["tokens"][0] == out["expected_first"]  # start() and logits() agree
+        assert len(out["tokens"]) == 12 and out["text"].strip()
+        assert out["eos"] and out["template"] and out["chat_ids"] == [1, 4093]
+
+
+class TestGGUF(BackendContract):
+    backend, scheme, folder = "gguf", "Q8_0", False
+    expected_types: ClassVar[set[str]] = {"Q8_0"}
+    bits = (8.0, 9.0)
+    min_top1, max_kld = 0.9, 0.03
+
+
+class TestOpenVINOInt8(BackendContract):
+    backend, scheme = "openvino", "INT8"
+    expected_types: ClassVar[set[str]] = {"int8_asym"}
+    bits = (8.0, 8.1)
+    min_top1, max_kld = 0.9, 0.03
+
+
+class TestOpenVINOInt4(BackendContract):
+    # Data-free, so the contract stays quick; the tied embedding stays INT8 (NNCF's backup precision).
+    backend, scheme = "openvino", "INT4"
+    options: ClassVar[dict[str, Any]] = {"group_size": 32}
+    expected_types: ClassVar[set[str]] = {"int4_asym_g32", "int8_asym"}
+    bits = (5.0, 6.0)
+    min_top1, max_kld = 0.6, 0.5
+
+
+class TestONNXRuntimeInt8(BackendContract):
+    backend, scheme = "onnxruntime", "INT8"
+    options: ClassVar[dict[str, Any]] = {"keep_float": ["/model/layers.2/mlp/down_proj/*"]}
+    expected_types: ClassVar[set[str]] = {"int8_per_channel", "uint8", "f32"}
+    bits = (8.0, 9.5)
+    min_top1, max_kld = 0.7, 0.3

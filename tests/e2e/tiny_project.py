@@ -1,0 +1,60 @@
+"""A tiny real model and recipe for fast end-to-end builds: 2-layer random Llama, SmolLM2's tokenizer.
+
+A whole build (fetch → convert → Q8_0 → reference → validate → bundle, bench off) takes well under a
+minute, so fault, serve and tamper tests can build real bundles with `edgekit build`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+TINY_RECIPE = """
+[model]
+source = "model"
+
+[[targets]]
+backend = "gguf"
+scheme = "Q8_0"
+required = false  # a random model: its accuracy is not what these tests are about
+
+[validation]
+max_tokens = 512
+context_length = 128
+noise_floor_dtype = "none"
+bootstrap_resamples = 100
+
+[bench]
+enabled = false
+
+[bundle]
+name = "tiny"
+"""
+
+
+def make_project(root: Path, model: Path, recipe: str = TINY_RECIPE) -> Path:
+    root.mkdir(parents=True)
+    shutil.copytree(model, root / "model")
+    (root / "recipe.toml").write_text(recipe)
+    return root
+
+
+def build_env(cache: Path, llama_cpp_dir: Path, pause: str | None = None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "EDGEKIT_CACHE": str(cache),
+        "EDGEKIT_LLAMA_CPP_DIR": str(llama_cpp_dir),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    env.pop("EDGEKIT_TEST_PAUSE_AT", None)
+    if pause:
+        env["EDGEKIT_TEST_PAUSE_AT"] = pause
+    return env
+
+
+def linked_copy(bundle: Path, dest: Path) -> Path:
+    """A copy of a bundle made of hard links (fast): replace a file before changing it, never write into it."""
+    shutil.copytree(bundle, dest, copy_function=os.link)
+    return dest

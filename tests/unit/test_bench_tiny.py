@@ -1,0 +1,77 @@
+"""The benchmark end to end on a tiny GGUF (one run, tiny sizes): the worker jobs run and the JSON follows the
+documented schema. Timings are never asserted — the machine is shared. The load probes and `edgekit bench`
+on a bundle are covered by tests/e2e/test_runtime.py on the real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _tiny_gguf import write_tiny_gguf
+
+from edgekit.errors import BenchError
+from edgekit.runtime.benchmark import Benchmark, BenchSettings, BenchTarget, pick_threads, run_job, schema_problems
+from edgekit.runtime.derive import derive_runtime
+from edgekit.runtime.stats import summary
+
+TINY = BenchSettings(
+    prompt_tokens=8,
+    gen_tokens=4,
+    runs=1,
+    threads=(1,),
+    concurrency=(1, 2),
+    bandwidth_mib=16,
+    n_ctx=128,
+    n_batch=32,
+    warmup_tokens=1,
+    loads=False,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+def test_tiny_bench_follows_the_schema(tiny_model: Path) -> None:
+    targets = [
+        BenchTarget("gguf-F32", tiny_model, "gguf", "F32"),
+        BenchTarget("ov-int8", tiny_model, "openvino", "int8"),
+    ]
+    result = Benchmark(targets, TINY).run()
+    assert schema_problems(result) == []
+    json.dumps(result, allow_nan=False)  # plain JSON, no NaN
+    tiny = result["artifacts"]["gguf-F32"]
+    assert set(tiny["decode_tok_s_by_sequences"]) == {"1", "2"} and tiny["baseline_settings"]["n_ctx"] == 512
+    assert "skipped" in result["artifacts"]["ov-int8"]
+    values = derive_runtime(result, "gguf-F32", {"max_concurrent": 4})
+    assert values["n_threads"] == 1 and values["max_concurrent"] in (1, 2) and "edgekit bench" in values["derived_from"]
+
+
+def test_a_failing_job_is_a_bench_error_naming_it(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF not really")
+    job = {
+        "kind": "perf",
+        "artifact": str(broken),
+        "n_threads": 1,
+        "n_threads_batch": 1,
+        "n_ctx": 64,
+        "n_batch": 8,
+        "prompt_tokens": 4,
+        "gen_tokens": 2,
+        "warmup_tokens": 0,
+        "concurrency": 1,
+    }
+    with pytest.raises(BenchError, match="perf"):
+        run_job(job, timeout=60)
+
+
+def test_pick_threads_prefers_fewer_within_tolerance() -> None:
+    sweep = {
+        "1": {"decode_tok_s": summary([10.0])},
+        "2": {"decode_tok_s": summary([19.8])},
+        "4": {"decode_tok_s": summary([20.0])},
+    }
+    assert pick_threads(sweep, "decode_tok_s") == 2

@@ -1,0 +1,77 @@
+"""Trust on first use for hf:// sources: the files of a revision must keep the hashes recorded when it was first
+fetched. Here the hub cache is a local folder laid out as huggingface_hub lays it out, used offline."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from edgekit.backends.base import Checkpoint
+from edgekit.cache import StageCache
+from edgekit.errors import SourceError
+from edgekit.progress import SilentProgress
+from edgekit.recipe import parse_recipe
+from edgekit.stages import fetch
+
+COMMIT = "c0ffee" + "0" * 34
+FILES = {
+    "config.json": b'{"model_type": "llama", "num_hidden_layers": 2}\n',
+    "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      " + bytes(range(256)),
+    "tokenizer.json": b'{"model": {"type": "BPE"}}\n',
+}
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from huggingface_hub import constants
+
+    repo = tmp_path / "hub" / "models--edgekit-test--tofu"
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    for name, data in FILES.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snapshot / name).symlink_to(Path("../../blobs") / blob.name)
+    (repo / "refs" / "main").write_text(COMMIT)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return repo
+
+
+RECIPE = b"""
+[model]
+source = "hf://edgekit-test/tofu"
+revision = "main"
+
+[[targets]]
+backend = "gguf"
+scheme = "F16"
+"""
+
+
+def _fetch(tmp_path: Path, cache: StageCache) -> Checkpoint:
+    return fetch.run(parse_recipe(RECIPE, tmp_path / "r.toml"), cache, SilentProgress())
+
+
+def test_a_blob_changed_after_the_first_fetch_is_refused(hub: Path, tmp_path: Path) -> None:
+    cache = StageCache(tmp_path / "cache")
+    first = _fetch(tmp_path, cache)
+    assert first.revision == COMMIT
+    blob = (hub / "snapshots" / COMMIT / "config.json").resolve()
+    blob.write_bytes(FILES["config.json"].replace(b"2", b"3"))  # same size, other bytes
+    with pytest.raises(SourceError, match=r"config\.json do not match the hashes recorded") as info:
+        _fetch(tmp_path, StageCache(tmp_path / "cache"))
+    assert "delete this revision from the HF cache" in (info.value.hint or "")
+    assert [p.name for p in (tmp_path / "cache" / "fetch").iterdir()] == [first.key]  # no new entry
+
+
+def test_an_unchanged_revision_is_fetched_again_from_the_cache(hub: Path, tmp_path: Path) -> None:
+    cache = StageCache(tmp_path / "cache")
+    first = _fetch(tmp_path, cache)
+    again = _fetch(tmp_path, cache)
+    assert again.key == first.key and cache.events[-1] == ("fetch", first.key, True)

@@ -1,0 +1,87 @@
+"""runtime.toml + runtime.local.toml: the local file overrides, bad values are refused, tune keeps a person's keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgekit.errors import RuntimeConfigError
+from edgekit.manifest import verify_bundle
+from edgekit.runtime.config import LOCAL_FILE, load_runtime_config, render_runtime_toml
+from edgekit.runtime.derive import derive_runtime
+from edgekit.runtime.tune import write_local
+
+BASE = {"artifact": "gguf-Q4_K_M", "n_threads": 4, "n_threads_batch": 8, "n_ctx": 2048, "numa": "auto"}
+
+
+def write_base(tmp_path: Path) -> Path:
+    (tmp_path / "runtime.toml").write_text(render_runtime_toml(BASE))
+    return tmp_path
+
+
+def test_local_file_overrides_the_signed_one(tmp_path: Path) -> None:
+    bundle = write_base(tmp_path)
+    assert load_runtime_config(bundle).n_threads == 4
+    (bundle / LOCAL_FILE).write_text('[runtime]\nn_threads = 2\nnuma = "isolate"\nnuma_node = 1\n')
+    config = load_runtime_config(bundle)
+    assert (config.n_threads, config.n_threads_batch, config.numa, config.numa_node) == (2, 8, "isolate", 1)
+    assert load_runtime_config(bundle, {"n_threads": 3, "n_ctx": None}).n_threads == 3
+
+
+def test_bad_local_values_are_refused_naming_the_key(tmp_path: Path) -> None:
+    bundle = write_base(tmp_path)
+    (bundle / LOCAL_FILE).write_text("[runtime]\nmax_concurrent = 9\n")
+    with pytest.raises(RuntimeConfigError, match="max_concurrent"):
+        load_runtime_config(bundle)
+    (bundle / LOCAL_FILE).write_text("[runtime\n")
+    with pytest.raises(RuntimeConfigError, match="not valid TOML"):
+        load_runtime_config(bundle)
+
+
+def test_write_local_merges_keeps_other_keys_and_rolls_back_bad_values(tmp_path: Path) -> None:
+    bundle = write_base(tmp_path)
+    (bundle / LOCAL_FILE).write_text("[runtime]\nn_ctx = 1024\nnuma_node = 0\n")
+    write_local(bundle, {"n_threads": 1, "n_threads_batch": 2, "numa": "none", "derived_from": "test"})
+    config = load_runtime_config(bundle)
+    assert (config.n_threads, config.n_threads_batch, config.n_ctx, config.numa_node) == (1, 2, 1024, None)
+    before = (bundle / LOCAL_FILE).read_text()
+    with pytest.raises(RuntimeConfigError):
+        write_local(bundle, {"n_threads": 0})
+    assert (bundle / LOCAL_FILE).read_text() == before
+
+
+def test_the_local_file_leaves_a_bundle_verifiable(tmp_path: Path) -> None:
+    from _tiny_gguf import write_tiny_bundle
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(64))
+    bundle = write_tiny_bundle(tmp_path, model)
+    write_local(bundle, {"n_threads": 1})
+    verify_bundle(bundle)
+
+
+def test_derive_runtime_takes_threads_mmap_and_concurrency_from_the_bench() -> None:
+    bench = {
+        "created": "2026-01-01T00:00:00Z",
+        "machine": {"cpu_model": "Test CPU", "physical_cores": 4, "numa_nodes": 1},
+        "artifacts": {
+            "a": {
+                "n_threads": 3,
+                "n_threads_batch": 4,
+                "decode_tok_s": 50.0,
+                "decode_tok_s_by_threads": {"1": 20.0, "2": 40.0, "3": 50.0, "4": 49.0},
+                "prompt_tok_s_by_threads": {"1": 100.0, "4": 380.0},
+                "no_mmap_over_mmap_cold_first_token": 1.4,
+                "decode_tok_s_by_sequences": {"1": 50.0, "2": 90.0, "4": 45.0},
+            },
+            "b": {"backend": "openvino", "skipped": "not measured"},
+        },
+    }
+    values = derive_runtime(bench, "a", {"max_concurrent": 4, "derived_from": "recipe defaults"})
+    assert values["n_threads"] == 3 and values["n_threads_batch"] == 4 and values["use_mmap"] is True
+    assert values["max_concurrent"] == 2 and values["numa"] == "auto"  # batch 4 loses throughput here
+    assert "Test CPU" in values["derived_from"] and "3: 50.0" in values["derived_from"]
+    assert derive_runtime(bench, "b", {"derived_from": "recipe defaults"}) == {
+        "derived_from": "recipe defaults; bench: not measured"
+    }

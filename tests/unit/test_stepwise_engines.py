@@ -1,0 +1,169 @@
+"""The parts of the OpenVINO and ONNX Runtime engines that need no model: sequence bookkeeping and chunked
+prefill (on a toy numpy engine), the Hugging Face side files, token → bytes tables, runtime properties."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.errors import UsageError
+from edgekit.runtime.config import RuntimeConfig, render_runtime_toml
+from edgekit.runtime.engines._hf_files import HFFiles, token_bytes_table
+from edgekit.runtime.engines._stepwise import StepwiseEngine
+from edgekit.runtime.engines.base import Sampling
+
+VOCAB = 11
+
+
+class ToyEngine(StepwiseEngine):
+    """A 'model' whose next token is (sum of every token in its KV state) mod VOCAB; records each call."""
+
+    backend = "toy"
+
+    def __init__(self, n_batch: int, first_chunk: int = 0, max_sequences: int = 2, n_ctx: int = 64) -> None:
+        self.first_chunk = first_chunk
+        self.n_vocab = VOCAB
+        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self.calls: list[tuple[int, int]] = []  # (position, tokens) per run
+
+    def _new_slot(self) -> list[int]:
+        return []
+
+    def _reset(self, slot: list[int]) -> None:
+        slot.clear()
+
+    def _run(self, slot: list[int], ids: Sequence[int], pos: int) -> np.ndarray:
+        assert pos == len(slot), "fed at the wrong position"
+        self.calls.append((pos, len(ids)))
+        out = np.zeros((len(ids), VOCAB), dtype=np.float32)
+        for i, token in enumerate(ids):
+            slot.append(token)
+            out[i, sum(slot) % VOCAB] = 1.0
+        return out
+
+
+def test_logits_are_the_same_whatever_the_chunking() -> None:
+    ids = list(range(1, 24))
+    reference = ToyEngine(n_batch=1000).logits(ids)
+    for n_batch, first in ((5, 0), (5, 1), (1, 0), (7, 1)):
+        engine = ToyEngine(n_batch=n_batch, first_chunk=first)
+        assert np.array_equal(engine.logits(ids), reference)
+    engine = ToyEngine(n_batch=8, first_chunk=1)
+    engine.logits(ids)
+    assert engine.calls == [(0, 1), (1, 8), (9, 8), (17, 6)]  # the first token alone, then n_batch chunks
+
+
+def test_greedy_generation_follows_the_logits_and_sequences_are_independent() -> None:
+    engine = ToyEngine(n_batch=4, first_chunk=1)
+    prompt = [3, 1, 4, 1, 5]
+    first = engine.start(0, prompt, Sampling())
+    assert first == int(engine.logits(prompt)[-1].argmax())  # logits() does not disturb sequence 0
+    other = engine.start(1, [2, 7], Sampling())
+    generated = {0: [first], 1: [other]}
+    for _ in range(4):
+        for seq, token in engine.step().items():
+            generated[seq].append(token)
+    # a fresh engine running sequence 0 alone gives the same tokens
+    alone = ToyEngine(n_batch=4, first_chunk=1)
+    tokens = [alone.start(0, prompt, Sampling())] + [alone.step()[0] for _ in range(4)]
+    assert tokens == generated[0]
+    engine.finish(0)
+    assert engine.active == [1] and list(engine.step()) == [1]
+    assert engine.start(0, prompt, Sampling()) == first  # a reused slot starts from an empty state
+
+
+def test_limits_are_usage_errors() -> None:
+    engine = ToyEngine(n_batch=4, n_ctx=8)
+    with pytest.raises(UsageError, match="out of range"):
+        engine.start(2, [1], Sampling())
+    with pytest.raises(UsageError, match="empty prompt"):
+        engine.start(0, [], Sampling())
+    with pytest.raises(UsageError, match="does not fit"):
+        engine.start(0, list(range(8)), Sampling())
+    engine.start(0, [1], Sampling())
+    with pytest.raises(UsageError, match="is active"):
+        engine.start(0, [1], Sampling())
+    for _ in range(7):
+        engine.step()
+    with pytest.raises(UsageError, match="filled its context"):
+        engine.step()
+    with pytest.raises(UsageError, match="pass 1 to 8"):
+        engine.logits(list(range(9)))
+    with pytest.raises(UsageError, match="max_sequences"):
+        ToyEngine(n_batch=4, max_sequences=5)
+
+
+def test_side_files_give_eos_bos_and_the_chat_template(tmp_path: Path) -> None:
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7], "bos_token_id": 1}))
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 2}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "eos_token": "<|end|>",
+                "add_bos_token": True,
+                "chat_template": [{"name": "default", "template": "{{ messages }}"}],
+                "added_tokens_decoder": {
+                    "9": {"content": "<|end|>", "special": True},
+                    "10": {"content": "plain", "special": False},
+                },
+            }
+        )
+    )
+    files = HFFiles(tmp_path)
+    assert files.eos_ids == {2, 7, 9} and files.bos_id == 1 and files.add_bos
+    assert files.special_tokens == {9: "<|end|>"} and files.chat_template == "{{ messages }}"
+    (tmp_path / "chat_template.jinja").write_text("{{ jinja }}")
+    assert HFFiles(tmp_path).chat_template == "{{ jinja }}"
+    assert HFFiles(tmp_path / "missing").eos_ids == frozenset()
+
+
+def test_token_bytes_for_byte_level_and_sentencepiece_vocabularies(tmp_path: Path) -> None:
+    byte_level = {
+        "model": {"type": "BPE", "vocab": {"Ġcaf": 0, "Ã©": 1, "æĹ": 2, "¥": 3}},
+        "decoder": {"type": "ByteLevel"},
+        "added_tokens": [{"id": 4, "content": "<|im_end|>", "special": True}],
+    }
+    path = tmp_path / "bl.json"
+    path.write_text(json.dumps(byte_level))
+    table = token_bytes_table(path, 5)
+    assert table[0] + table[1] == " café".encode() and table[2] + table[3] == "日".encode()
+    assert table[2] == b"\xe6\x97" and table[4] == b""  # half a character; special tokens render empty
+    spm = {
+        "model": {"type": "BPE", "vocab": {"▁the": 0, "<0xE2>": 1, "<0x98>": 2, "<0x83>": 3}},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "Replace"}, {"type": "ByteFallback"}]},
+    }
+    path = tmp_path / "spm.json"
+    path.write_text(json.dumps(spm))
+    table = token_bytes_table(path, 4)
+    assert table[0] == b" the" and b"".join(table[1:]) == "☃".encode()
+
+
+def test_engine_settings_are_optional_runtime_config_keys() -> None:
+    base = {"artifact": "openvino-INT8", "n_threads": 2, "n_threads_batch": 2}
+    assert "num_streams" not in render_runtime_toml(base)  # unset: the runtime's own default
+    text = render_runtime_toml({**base, "num_streams": 1, "inference_precision": "f32", "execution_mode": "parallel"})
+    assert 'inference_precision = "f32"' in text and "num_streams = 1" in text
+    with pytest.raises(ValueError):
+        RuntimeConfig(**base, scheduling_core_type="BIG_CORES")
+
+
+def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
+    pytest.importorskip("openvino")
+    pytest.importorskip("onnxruntime")
+    import onnxruntime as ort
+
+    from edgekit.runtime.engines.onnxruntime import session_options
+    from edgekit.runtime.engines.openvino import compile_properties
+
+    assert compile_properties(3) == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": 3}
+    props = compile_properties(2, num_streams=1, cpu_pinning=False, scheduling_core_type="PCORE_ONLY",
+                               inference_precision="f32")  # fmt: skip
+    assert props["NUM_STREAMS"] == 1 and props["ENABLE_CPU_PINNING"] is False
+    assert props["SCHEDULING_CORE_TYPE"] == "PCORE_ONLY" and props["INFERENCE_PRECISION_HINT"] == "f32"
+    options = session_options(2, inter_op_threads=2, execution_mode="parallel", memory_arena=False)
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 2)
+    assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL and not options.enable_cpu_mem_arena
