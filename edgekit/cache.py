@@ -21,7 +21,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from edgekit.fsutil import fsync_dir, pause_point, write_json_atomic
+from edgekit.fsutil import fsync_dir, pause_point, pid_alive, write_json_atomic
 from edgekit.hashing import file_records, sha256_json
 
 CACHE_FORMAT = 1
@@ -140,18 +140,8 @@ class StageCache:
             return 0
         for tmp in self.root.glob("*/.*.partial"):
             match = re.search(r"\.pid(\d+)\.", tmp.name)
-            if match and _pid_alive(int(match.group(1))):
+            if match and pid_alive(int(match.group(1))):
                 continue
             shutil.rmtree(tmp, ignore_errors=True)
             removed += 1
         return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -101,7 +101,7 @@ def _recover_staging(final: Path) -> None:
     """Undo what killed `staging_dir` calls left beside `final`: restore a previous folder, drop temp folders."""
     for leftover in sorted(final.parent.glob(f".{glob.escape(final.name)}.pid*")):
         match = re.fullmatch(rf"\.{re.escape(final.name)}\.pid(\d+)\.(?:.*\.partial|old)", leftover.name)
-        if not match or _pid_alive(int(match.group(1))):
+        if not match or pid_alive(int(match.group(1))):
             continue
         if leftover.name.endswith(".old") and not final.exists():
             os.replace(leftover, final)  # killed between the fallback's two renames: the old folder is complete
@@ -132,7 +132,7 @@ def exchange_paths(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

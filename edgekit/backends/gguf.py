@@ -15,7 +15,6 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from edgekit.fsutil import ensure_free_space
 from edgekit.gguf_info import tensor_summary
 from edgekit.procutil import die_with_parent
 from edgekit.progress import Progress
+from edgekit.versions import dist_version
 
 F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"
@@ -35,13 +35,6 @@ QUANTIZE_LOG = "quantize.log"
 # Approximate bytes per parameter of each scheme, for the disk-space check before writing.
 BYTES_PER_PARAM = {"F16": 2.0, "Q8_0": 1.07, "Q5_K_M": 0.72, "Q4_K_M": 0.62}
 FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w+)")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 class GGUFBackend(Backend):
@@ -64,11 +57,11 @@ class GGUFBackend(Backend):
 
         converter = get_converter(env.cache_root, env.llama_cpp_dir)
         return {
-            "llama-cpp-python": _version("llama-cpp-python"),
+            "llama-cpp-python": dist_version("llama-cpp-python"),
             "llama.cpp": converter.llama_cpp_commit,
             "convert_hf_to_gguf.py": converter.script_sha256,
             "converter_origin": converter.origin,
-            "gguf": _version("gguf"),
+            "gguf": dist_version("gguf"),
         }
 
     # --- build -----------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from edgekit.backends.base import Backend, BuildEnv, Checkpoint, Gates, LogitsRu
 from edgekit.errors import RecipeProblem, StageError
 from edgekit.fsutil import ensure_free_space
 from edgekit.progress import Progress
+from edgekit.versions import dist_version
 
 MODEL = "model.onnx"
 ARTIFACT_DIR = "model"
@@ -36,13 +36,6 @@ SIDE_FILES = ("tokenizer.json", "config.json", "generation_config.json", "tokeni
 CALIBRATION_FILE = "calibration.txt"
 BUG = "this is a bug in edgekit: the pipeline passes the [validation] text when needs_calibration() says so"
 SUMMARY_KEYS = ("tensor_types", "bits_per_weight", "params", "bytes_per_token", "tensor_count", "ops")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 class ONNXRuntimeOptions(BaseModel):
@@ -95,13 +88,13 @@ class ONNXRuntimeBackend(Backend):
 
     def versions(self, env: BuildEnv) -> dict[str, str | None]:
         return {
-            "onnxruntime": _version("onnxruntime"),
-            "onnx": _version("onnx"),
-            "optimum-onnx": _version("optimum-onnx"),
-            "optimum": _version("optimum"),
-            "tokenizers": _version("tokenizers"),
-            "transformers": _version("transformers"),
-            "torch": _version("torch"),
+            "onnxruntime": dist_version("onnxruntime"),
+            "onnx": dist_version("onnx"),
+            "optimum-onnx": dist_version("optimum-onnx"),
+            "optimum": dist_version("optimum"),
+            "tokenizers": dist_version("tokenizers"),
+            "transformers": dist_version("transformers"),
+            "torch": dist_version("torch"),
         }
 
     # --- build -----------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ The artifact is a folder: the IR, the tokenizer IRs and the Hugging Face side fi
 from __future__ import annotations
 
 import shutil
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,6 +27,7 @@ from edgekit.backends.base import Backend, BuildEnv, Checkpoint, Gates, LogitsRu
 from edgekit.errors import RecipeProblem, StageError
 from edgekit.fsutil import ensure_free_space
 from edgekit.progress import Progress
+from edgekit.versions import dist_version
 
 MODEL_XML = "openvino_model.xml"
 ARTIFACT_DIR = "model"
@@ -39,13 +39,6 @@ INT4_ONLY = ("group_size", "ratio", "awq", "scale_estimation", "calibration_samp
 CALIBRATION_FILE = "calibration.txt"
 BUG = "this is a bug in edgekit: the pipeline passes the [validation] text when needs_calibration() says so"
 SUMMARY_KEYS = ("tensor_types", "bits_per_weight", "params", "bytes_per_token", "tied_embeddings", "tensor_count")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 class OpenVINOOptions(BaseModel):
@@ -122,13 +115,13 @@ class OpenVINOBackend(Backend):
 
     def versions(self, env: BuildEnv) -> dict[str, str | None]:
         return {
-            "openvino": _version("openvino"),
-            "openvino-tokenizers": _version("openvino-tokenizers"),
-            "nncf": _version("nncf"),
-            "optimum-intel": _version("optimum-intel"),
-            "optimum": _version("optimum"),
-            "transformers": _version("transformers"),
-            "torch": _version("torch"),
+            "openvino": dist_version("openvino"),
+            "openvino-tokenizers": dist_version("openvino-tokenizers"),
+            "nncf": dist_version("nncf"),
+            "optimum-intel": dist_version("optimum-intel"),
+            "optimum": dist_version("optimum"),
+            "transformers": dist_version("transformers"),
+            "torch": dist_version("torch"),
         }
 
     # --- build -----------------------------------------------------------------------------------

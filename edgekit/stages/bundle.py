@@ -19,7 +19,6 @@ import shutil
 import stat
 import sys
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from edgekit.hashing import file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.recipe import Recipe
 from edgekit.runtime.config import render_runtime_toml
+from edgekit.versions import dist_version
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json", "config.json")  # fmt: skip
@@ -37,12 +37,7 @@ PACKAGE_FILES = Path(__file__).resolve().parent.parent / "bundle_files"
 
 
 def tool_versions(extra: dict[str, str | None] | None = None) -> dict[str, str | None]:
-    def v(dist: str) -> str | None:
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            return None
-
+    v = dist_version
     found: dict[str, str | None] = {
         "python": platform.python_version(),
         "edgekit": __version__,

@@ -88,7 +88,7 @@ def artifact(recipe: Recipe, checkpoint: Checkpoint, contract_cache: StageCache)
     wants_text = getattr(backend, "needs_calibration", lambda *_: False)
     assert not wants_text(target.scheme, target.options), "keep contract targets data-free (fast)"
     env = BuildEnv(cache_root=contract_cache.root, threads=2)
-    meta = convert.provenance(checkpoint, recipe.name, sha256_json(recipe.spec.model.model_dump(mode="json")))
+    meta = convert.provenance(checkpoint, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converted = convert.run(target.backend, checkpoint, env, contract_cache, SilentProgress(), meta)
     return quantize.run(target, converted, env, contract_cache, SilentProgress())
 
