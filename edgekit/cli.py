@@ -89,21 +89,24 @@ def build(
             command=command.strip(),
             threads=threads,
         )
-    _render_verdicts(result.verdicts, result.excluded)
-    console.print(f"bundle: [bold]{result.bundle}[/]  ({result.seconds:.1f} s)")
+    optional = {t.name for t in loaded.targets if not t.required}
+    _render_verdicts(result.verdicts, result.excluded, optional)
+    console.print(f"bundle: [bold]{result.bundle}[/]  ({result.seconds:.1f} s); the reasons: report.md, report.html")
     if result.failed_required:
         from edgekit.errors import GateFailure
 
         raise GateFailure(result.failed_required, result.bundle)
 
 
-def _render_verdicts(verdicts: dict[str, str], excluded: list[str]) -> None:
+def _render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: set[str]) -> None:
     if not verdicts:
         return
     table = Table("artifact", "verdict", title="accuracy sign-off")
     colours = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for name, verdict in verdicts.items():
         note = " (left out of the bundle)" if name in excluded else ""
+        if name in optional and verdict != "pass":
+            note += " (required = false: does not fail the build)"
         table.add_row(name, f"[{colours.get(verdict, 'white')}]{verdict}[/]{note}")
     console.print(table)
 

@@ -31,7 +31,7 @@ from edgekit.runtime.stats import median, ratio, summary
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-BENCH_METHOD = 2
+BENCH_METHOD = 3
 LOAD_MODES = ("mmap", "no_mmap", "mlock")
 LOAD_KEYS = ("load_ms", "context_ms", "first_token_ms", "peak_rss_mib", "rss_anon_mib", "rss_file_mib", "locked_mib")
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
@@ -45,6 +45,7 @@ class BenchTarget:
     path: Path
     backend: str
     scheme: str
+    bytes_per_token: int | None = None  # weights read per generated token, when the backend recorded it
 
 
 @dataclass(frozen=True)
@@ -358,6 +359,7 @@ class Benchmark:
         s = self.settings
         gguf = target.backend == "gguf"
         info = tensor_summary(target.path) if gguf else None  # bytes read per token: known exactly for GGUF
+        bytes_per_token = info["bytes_per_token"] if info else target.bytes_per_token  # else: from the IR/graph
         one = str(min(s.concurrency))
         perf = {
             c: {k: got.stat("perf", str(c), k) for k in ("decode_tok_s", "per_sequence_tok_s", "peak_rss_mib")}
@@ -367,7 +369,7 @@ class Benchmark:
         # The roofline at the tuned decode thread count: the best bandwidth seen with up to that many processes.
         usable = [v for p, v in bandwidth["best_gib_s_by_processes"].items() if int(p) <= tuned["n_threads"]]
         bandwidth_gib_s = max(usable or bandwidth["best_gib_s_by_processes"].values())
-        roofline_tok_s = bandwidth_gib_s * 2**30 / info["bytes_per_token"] if info else None
+        roofline_tok_s = bandwidth_gib_s * 2**30 / bytes_per_token if bytes_per_token else None
         loads = {
             mode: {
                 cache: {k: stat for k in LOAD_KEYS if (stat := got.stat("load", mode, cache, k))}
@@ -380,7 +382,7 @@ class Benchmark:
             "backend": target.backend,
             "scheme": target.scheme,
             "file_mib": round(_size(target.path) / 2**20, 1),
-            "bytes_per_token": info["bytes_per_token"] if info else None,
+            "bytes_per_token": bytes_per_token,
             "tensor_types": {k: v["params"] for k, v in info["tensor_types"].items()} if info else None,
             # headline figures: medians over the runs (spreads under "spread")
             "n_threads": tuned["n_threads"],
@@ -483,7 +485,8 @@ ARTIFACT_SERIES = (
     "decode_tok_s_by_threads",
     "prompt_tok_s_by_threads",
 )
-GGUF_ONLY = ("bytes_per_token", "roofline_tok_s", "roofline_ratio")  # bytes read per token: from the GGUF
+# Bytes read per token: exact from a GGUF; other backends report it when their artifact recorded it.
+GGUF_ONLY = ("bytes_per_token", "roofline_tok_s", "roofline_ratio")
 BASELINE_NUMBERS = (
     "baseline_decode_tok_s",
     "baseline_ttft_ms",

@@ -68,7 +68,12 @@ def bench_bundle(
                 f"no artifact named {', '.join(unknown)} in this bundle", f"choose from {', '.join(sorted(known))}"
             )
         records = [a for a in records if a["name"] in artifacts]
-    targets = [BenchTarget(a["name"], info.path / a["path"], a["backend"], a["scheme"]) for a in records]
+    targets = [
+        BenchTarget(
+            a["name"], info.path / a["path"], a["backend"], a["scheme"], (a.get("details") or {}).get("bytes_per_token")
+        )
+        for a in records
+    ]
     result = Benchmark(targets, settings, log=log).run()
     result["bundle"] = {"path": str(info.path), "name": info.manifest.get("name")}
     return result

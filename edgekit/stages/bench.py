@@ -98,7 +98,7 @@ def run(recipe: Recipe, artifacts: list[Artifact], cache: StageCache, progress: 
         "machine": described["fingerprint"],
         "versions": {"llama-cpp-python": llama_version, "bench_schema": BENCH_SCHEMA, "bench_method": BENCH_METHOD},
     }
-    targets = [BenchTarget(a.name, a.path, a.backend, a.scheme) for a in artifacts]
+    targets = [BenchTarget(a.name, a.path, a.backend, a.scheme, a.details.get("bytes_per_token")) for a in artifacts]
     with progress.task(f"bench  {len(targets)} artifacts on {described['cpu_model']}") as task:
 
         def produce(_tmp: Any) -> dict[str, Any]:
