@@ -15,8 +15,9 @@ from typing import Any
 from edgekit.backends import get_backend
 from edgekit.backends.base import Artifact, BuildEnv, Checkpoint
 from edgekit.cache import StageCache
-from edgekit.errors import GateFailure, RecipeError, RecipeProblem, SourceError
+from edgekit.errors import GateFailure
 from edgekit.hashing import sha256_json
+from edgekit.preflight import preflight
 from edgekit.progress import Progress
 from edgekit.recipe import Recipe
 from edgekit.runtime.config import default_threads
@@ -39,30 +40,6 @@ def output_path(recipe: Recipe, out_dir: Path | None, project: Path) -> Path:
     return base.expanduser().absolute() / recipe.name
 
 
-def preflight(
-    recipe: Recipe, cache: StageCache, progress: Progress, final: Path | None = None, out_given: bool = False
-) -> None:
-    """Everything that can be checked before work starts, without writing anything: backends installed,
-    sources and files exist and are readable, and the bundle can go where it is asked to (`final`)."""
-    from edgekit.preflight import check_eval_files, check_output
-
-    problems: list[RecipeProblem] = []
-    for target in recipe.targets:
-        get_backend(target.backend).require()  # MissingDependencyError names the extra to install
-    try:
-        if recipe.spec.model.source.startswith("hf://"):
-            problems += filter(None, [fetch.check_hub_source(recipe.spec.model)])
-        else:
-            fetch.locate_local(recipe.spec.model, recipe)  # exists, right kind, no unallowed pickle; not hashed yet
-    except SourceError as exc:
-        problems.append(RecipeProblem("model.source", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else "")))
-    problems += check_eval_files(recipe)
-    if final is not None:
-        problems += check_output(final, from_recipe=not out_given)
-    if problems:
-        raise RecipeError(recipe.path, problems)
-
-
 def build(
     recipe: Recipe,
     *,
@@ -79,7 +56,7 @@ def build(
     final = output_path(recipe, out_dir, project)
     threads = threads or default_threads()
     env = BuildEnv(cache_root=cache.root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
-    preflight(recipe, cache, progress, final, out_given=out_dir is not None)
+    preflight(recipe, final, out_given=out_dir is not None)
     cache.clean_partials()
 
     def timed(stage: str, start: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgekit.errors import RecipeProblem, SourceError
+from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.manifest import MANIFEST
 from edgekit.recipe import Recipe
 from edgekit.sources import resolve_path
@@ -67,3 +67,26 @@ def check_output(final: Path, *, from_recipe: bool) -> list[RecipeProblem]:
     if not os.access(probe, os.W_OK | os.X_OK):
         return [RecipeProblem(key, f"{probe} is not writable; {fix}")]
     return []
+
+
+def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False) -> None:
+    """Everything that can be checked before work starts, without writing anything: backends installed,
+    sources and files exist and are readable, and the bundle can go where it is asked to (`final`)."""
+    from edgekit.backends import get_backend
+    from edgekit.stages import fetch
+
+    problems: list[RecipeProblem] = []
+    for target in recipe.targets:
+        get_backend(target.backend).require()  # MissingDependencyError names the extra to install
+    try:
+        if recipe.spec.model.source.startswith("hf://"):
+            problems += filter(None, [fetch.check_hub_source(recipe.spec.model)])
+        else:
+            fetch.locate_local(recipe.spec.model, recipe)  # exists, right kind, no unallowed pickle; not hashed yet
+    except SourceError as exc:
+        problems.append(RecipeProblem("model.source", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else "")))
+    problems += check_eval_files(recipe)
+    if final is not None:
+        problems += check_output(final, from_recipe=not out_given)
+    if problems:
+        raise RecipeError(recipe.path, problems)
