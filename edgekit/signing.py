@@ -11,14 +11,12 @@ transparency log; see the README for when sigstore would be the better choice.
 from __future__ import annotations
 
 import base64
-import contextlib
 import importlib.util
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.errors import MissingDependencyError, SignatureError, UsageError
-from edgekit.fsutil import write_text_atomic
+from edgekit.fsutil import write_bytes_atomic, write_text_atomic
 from edgekit.manifest import MANIFEST, load_manifest
 
 if TYPE_CHECKING:
@@ -49,19 +47,7 @@ def generate_keypair(private_path: Path, public_path: Path, *, overwrite: bool =
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    private_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = private_path.with_name(f".{private_path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(private_pem)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, private_path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    write_bytes_atomic(private_path, private_pem, mode=0o600)
     write_text_atomic(public_path, public_pem.decode())
 
 

@@ -54,7 +54,6 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from edgekit.backends.base import Artifact
@@ -63,6 +62,7 @@ from edgekit.progress import Progress
 from edgekit.recipe import Recipe
 from edgekit.runtime import derive, machine
 from edgekit.runtime.benchmark import BENCH_METHOD, BENCH_SCHEMA, Benchmark, BenchSettings, BenchTarget
+from edgekit.versions import dist_version
 
 
 def settings_for(recipe: Recipe) -> BenchSettings:
@@ -86,10 +86,7 @@ def settings_for(recipe: Recipe) -> BenchSettings:
 def run(recipe: Recipe, artifacts: list[Artifact], cache: StageCache, progress: Progress) -> dict[str, Any]:
     settings = settings_for(recipe)
     described = machine.describe()
-    try:
-        llama_version = version("llama-cpp-python")
-    except PackageNotFoundError:
-        llama_version = None
+    llama_version = dist_version("llama-cpp-python")
     inputs = {
         "artifacts": [
             {"name": a.name, "key": a.key, "backend": a.backend, "scheme": a.scheme, "size": a.size} for a in artifacts

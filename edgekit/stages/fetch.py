@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from edgekit.hashing import sha256_file, sha256_text
 from edgekit.progress import Progress
 from edgekit.recipe import ModelSection, Recipe
 from edgekit.sources import PICKLE_SUFFIXES, resolve_pkg
+from edgekit.versions import dist_version
 
 STAGE = "fetch"
 CHECKPOINT_DIR = "checkpoint"
@@ -384,7 +384,5 @@ def _package_version(import_name: str) -> str | None:
     from importlib.metadata import packages_distributions
 
     dist = (packages_distributions().get(import_name) or [import_name])[0]
-    try:
-        return f"{dist} {version(dist)}"
-    except PackageNotFoundError:
-        return None
+    found = dist_version(dist)
+    return f"{dist} {found}" if found else None

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.engines.base import Sampling, checked_prompt
 from edgekit.runtime.sampling import new_rng, sample
 
 MAX_SEQUENCES = 4
@@ -83,18 +83,7 @@ class StepwiseEngine:
         return out
 
     def start(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> int:
-        if not 0 <= seq < self.max_sequences:
-            raise UsageError(f"sequence id {seq} is out of range", f"use 0 to {self.max_sequences - 1}")
-        if seq in self._seqs:
-            raise UsageError(f"sequence {seq} is active", "finish() it before starting it again")
-        ids = [int(i) for i in prompt_ids]
-        if not ids:
-            raise UsageError("empty prompt", "pass at least one token")
-        if len(ids) >= self.n_ctx:
-            raise UsageError(
-                f"prompt of {len(ids)} tokens does not fit the context of {self.n_ctx}",
-                "shorten the prompt or raise n_ctx in runtime.local.toml",
-            )
+        ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs, self.n_ctx)
         slot = self._free.pop() if self._free else self._new_slot()
         try:
             last = None

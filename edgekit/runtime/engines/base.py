@@ -8,11 +8,13 @@ which is what makes small batches nearly free on a memory-bound CPU). Engines ne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from edgekit.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,22 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def checked_prompt(
+    seq: int, prompt_ids: Sequence[int], max_sequences: int, active: Container[int], n_ctx: int
+) -> list[int]:
+    """The checks every engine's `start` makes: a free sequence id and a prompt that fits the context."""
+    if not 0 <= seq < max_sequences:
+        raise UsageError(f"sequence id {seq} is out of range", f"use 0 to {max_sequences - 1}")
+    if seq in active:
+        raise UsageError(f"sequence {seq} is active", "finish() it before starting it again")
+    ids = [int(i) for i in prompt_ids]
+    if not ids:
+        raise UsageError("empty prompt", "pass at least one token")
+    if len(ids) >= n_ctx:
+        raise UsageError(
+            f"prompt of {len(ids)} tokens does not fit the context of {n_ctx}",
+            "shorten the prompt or raise n_ctx in runtime.local.toml",
+        )
+    return ids

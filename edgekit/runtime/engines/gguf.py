@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EngineError, UsageError
-from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.engines.base import Sampling, checked_prompt
 from edgekit.runtime.sampling import new_rng, sample
 
 MAX_SEQUENCES = 4
@@ -208,18 +208,7 @@ class GGUFEngine:
         return out
 
     def start(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> int:
-        if not 0 <= seq < self.max_sequences:
-            raise UsageError(f"sequence id {seq} is out of range", f"use 0 to {self.max_sequences - 1}")
-        if seq in self._seqs:
-            raise UsageError(f"sequence {seq} is active", "finish() it before starting it again")
-        ids = list(prompt_ids)
-        if not ids:
-            raise UsageError("empty prompt", "pass at least one token")
-        if len(ids) >= self.n_ctx:
-            raise UsageError(
-                f"prompt of {len(ids)} tokens does not fit the context of {self.n_ctx}",
-                "shorten the prompt or raise n_ctx in runtime.local.toml",
-            )
+        ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs, self.n_ctx)
         self._set_threads(self.n_threads, self.n_threads_batch)
         self._llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
         try:
