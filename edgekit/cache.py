@@ -21,8 +21,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from edgekit.fsutil import fsync_dir, pause_point, pid_alive, write_json_atomic
-from edgekit.hashing import file_records, sha256_json
+from edgekit.fsutil import fsync_dir, pid_alive, write_json_atomic
+from edgekit.hashing import file_records
 
 CACHE_FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -57,10 +57,6 @@ class StageCache:
         self.root = (root or default_cache_root()).expanduser()
         self.events: list[tuple[str, str, bool]] = []  # (stage, key, reused) in the order asked
 
-    @staticmethod
-    def key_for(stage: str, inputs: dict[str, Any]) -> str:
-        return sha256_json({"cache_format": CACHE_FORMAT, "stage": stage, "inputs": inputs})
-
     def entry_path(self, stage: str, key: str) -> Path:
         return self.root / stage / key
 
@@ -77,14 +73,15 @@ class StageCache:
     def get_or_produce(
         self,
         stage: str,
+        key: str,
         inputs: dict[str, Any],
         produce: Callable[[Path], dict[str, Any] | None],
     ) -> CacheEntry:
-        """Return the entry for `inputs`, calling `produce(tmp_dir)` to create it if needed.
+        """Return the entry `key` (a task's key, from `edgekit.plan.keys`), calling `produce(tmp_dir)` if needed.
 
-        `produce` writes its files into `tmp_dir` and returns a JSON-able result to keep with them.
+        `produce` writes its files into `tmp_dir` and returns a JSON-able result to keep with them;
+        `inputs` are recorded beside them, so an entry says what it was made from.
         """
-        key = self.key_for(stage, inputs)
         found = self.lookup(stage, key)
         if not found:
             lock_dir = self.root / ".locks"
@@ -116,15 +113,19 @@ class StageCache:
             }
             write_json_atomic(tmp / ENTRY_FILE, meta)
             fsync_dir(tmp)
-            pause_point(stage)
-            if final.exists():  # a stale entry that failed its size check
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            fsync_dir(final.parent)
+            self._publish(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return CacheEntry(stage, key, final, meta, reused=False)
+
+    @staticmethod
+    def _publish(tmp: Path, final: Path) -> None:
+        """Rename a complete entry into place: until this rename, nobody can see it."""
+        if final.exists():  # a stale entry that failed its size check
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
 
     @staticmethod
     def _sizes_match(path: Path, files: list[dict[str, Any]]) -> bool:

@@ -19,6 +19,7 @@ scored by the summed log-likelihood of its tokens given the context, as lm-evalu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -39,6 +40,9 @@ class EvalText:
     text: str
     sha256: str
     origin: str
+
+    def key_form(self) -> dict[str, str]:
+        return {"sha256": self.sha256}
 
 
 def load_text(value: str, base_dir: Path) -> EvalText:
@@ -94,6 +98,54 @@ def make_windows(ids: list[int], context_length: int, max_tokens: int) -> Window
     return Windows(arr, context_length, context_length // 2)
 
 
+@dataclass(frozen=True)
+class TokenIds:
+    """Token ids as int32 bytes: hashable, picklable, and a numpy view away from an array."""
+
+    data: bytes
+
+    @classmethod
+    def of(cls, ids: np.ndarray | list[int]) -> TokenIds:
+        return cls(np.asarray(ids, dtype="<i4").tobytes())
+
+    def array(self) -> np.ndarray:
+        return np.frombuffer(self.data, dtype="<i4").astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.data) // 4
+
+    def key_form(self) -> dict[str, object]:
+        return {"sha256": hashlib.sha256(self.data).hexdigest(), "count": len(self)}
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """The scored data of a build, resolved once: the text, its token ids, windows, cloze items and tasks."""
+
+    text: EvalText
+    ids: TokenIds  # the whole windows' tokens, as the reference tokenizer cut the text
+    context_length: int
+    max_tokens: int
+    cloze: tuple[ClozeItem, ...]
+    cloze_settings: dict[str, object]
+    tasks: tuple[ChoiceTask, ...]
+
+    @property
+    def windows(self) -> Windows:
+        return Windows(self.ids.array(), self.context_length, self.context_length // 2)
+
+    def key_form(self) -> dict[str, object]:
+        return {
+            "text_sha256": self.text.sha256,
+            "ids": self.ids.key_form(),
+            "context_length": self.context_length,
+            "max_tokens": self.max_tokens,
+            "cloze": self.cloze_settings,
+            "cloze_items": hashlib.sha256(repr([(c.window, c.start, c.end) for c in self.cloze]).encode()).hexdigest(),
+            "tasks": [[t.name, t.sha256, hashlib.sha256(repr(t.items).encode()).hexdigest()] for t in self.tasks],
+        }
+
+
 def first_difference(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -117,7 +169,9 @@ class TaskItem:
 
 
 @dataclass(frozen=True)
-class Task:
+class ChoiceTask:
+    """A multiple-choice task file, tokenized: every (question, choice) pair is one scored item."""
+
     name: str
     kind: str  # "multiple_choice"
     items: tuple[TaskItem, ...]
@@ -181,7 +235,7 @@ def cloze_correct(items: list[ClozeItem], window: int, ids: np.ndarray, argmax: 
     ]
 
 
-def multiple_choice_task(path: Path, tokenize: Tokenize, max_context_tokens: int) -> Task:
+def multiple_choice_task(path: Path, tokenize: Tokenize, max_context_tokens: int) -> ChoiceTask:
     items = []
     raw = path.read_text(encoding="utf-8")
     for line_no, line in enumerate(raw.splitlines(), 1):
@@ -208,7 +262,7 @@ def multiple_choice_task(path: Path, tokenize: Tokenize, max_context_tokens: int
             items.append(TaskItem(tuple(ctx_ids + cont), len(ctx_ids), group, c_index, answer, len(choice.encode())))
     if not items:
         raise SourceError(f"{path}: no items", "add JSONL lines with context, choices and answer")
-    return Task(path.stem, "multiple_choice", tuple(items), sha256_text(raw))
+    return ChoiceTask(path.stem, "multiple_choice", tuple(items), sha256_text(raw))
 
 
 @dataclass(frozen=True)
@@ -228,7 +282,7 @@ def score_item(item: TaskItem, logits: np.ndarray) -> ItemScore:
     return ItemScore(loglik, greedy)
 
 
-def task_correct(task: Task, scores: list[ItemScore]) -> tuple[np.ndarray, np.ndarray]:
+def task_correct(task: ChoiceTask, scores: list[ItemScore]) -> tuple[np.ndarray, np.ndarray]:
     """Per question: correct (acc) and correct by byte-normalised likelihood (acc_norm)."""
     by_group: dict[int, list[tuple[TaskItem, ItemScore]]] = {}
     for item, score in zip(task.items, scores, strict=True):

@@ -12,7 +12,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,25 +82,29 @@ def staging_dir(final: Path) -> Iterator[Path]:
     try:
         yield tmp
         fsync_dir(tmp)
-        pause_point("bundle")
-        if final.exists() or final.is_symlink():
-            if exchange_paths(tmp, final):  # tmp now holds the previous folder (or link)
-                fsync_dir(final.parent)
-                if tmp.is_symlink():
-                    tmp.unlink()
-                shutil.rmtree(tmp, ignore_errors=True)
-                return
-            old = final.with_name(f".{final.name}.pid{os.getpid()}.old")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            fsync_dir(final.parent)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-            fsync_dir(final.parent)
+        swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def swap_in(tmp: Path, final: Path) -> None:
+    """Put the complete folder `tmp` at `final`, replacing what is there in one atomic step where possible."""
+    if not (final.exists() or final.is_symlink()):
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        return
+    if exchange_paths(tmp, final):  # tmp now holds the previous folder (or link)
+        fsync_dir(final.parent)
+        if tmp.is_symlink():
+            tmp.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = final.with_name(f".{final.name}.pid{os.getpid()}.old")
+    os.replace(final, old)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _recover_staging(final: Path) -> None:
@@ -147,21 +150,3 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-PAUSE_ENV = "EDGEKIT_TEST_PAUSE_AT"
-
-
-def pause_point(name: str) -> None:
-    """Test hook for the kill tests (tests/e2e/test_faults.py); does nothing unless the variable is set.
-
-    With EDGEKIT_TEST_PAUSE_AT=<name>:<flag file>, write this process's id to the flag file and wait
-    to be killed. <name> is a stage whose output is complete in its temp folder but not yet renamed
-    into the cache (fetch, convert, quantize, reference, validate, bench), or "bundle": the bundle
-    complete beside dist/<name>/ but not yet swapped in. Those are the moments a kill hurts most.
-    """
-    point, _, flag = os.environ.get(PAUSE_ENV, "").partition(":")
-    if point != name or not flag:
-        return
-    write_text_atomic(Path(flag), str(os.getpid()))
-    time.sleep(600)

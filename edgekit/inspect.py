@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edgekit.gguf_info import type_mix
 from edgekit.manifest import load_manifest
+from edgekit.report.text import type_mix_text
 
 
 def summarise(bundle: Path) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def summarise(bundle: Path) -> dict[str, Any]:
             "path": a["path"],
             "size": a["size"],
             "bits_per_weight": a.get("bits_per_weight"),
-            "type_mix": type_mix(a["tensor_types"]) if a.get("tensor_types") else "—",
+            "type_mix": type_mix_text(a["tensor_types"]) if a.get("tensor_types") else "—",
             "verdict": a.get("verdict", "—"),
         }
         for key in ("kld_mean", "top1", "ppl_ratio"):

@@ -208,37 +208,3 @@ def token_metrics(cmp: TokenComparison, block: int, resamples: int, seed: int) -
         "dp_rms": boot.mean(cmp.dp**2, np.sqrt),
         "tail_mass_mean": Estimate(float(cmp.tail_mass.mean()), None, None, len(cmp.kld)),
     }
-
-
-# --- gates ----------------------------------------------------------------------------------------
-
-# gate name → (metric, direction): "max" passes when the metric is at most the threshold.
-GATE_METRICS: dict[str, tuple[str, str]] = {
-    "kld_mean_max": ("kld_mean", "max"),
-    "kld_p99_max": ("kld_p99", "max"),
-    "ppl_ratio_max": ("ppl_ratio", "max"),
-    "top1_min": ("top1", "min"),
-    "task_drop_max": ("task_drop", "max"),
-}
-
-
-def judge(estimate: Estimate, threshold: float, direction: str) -> str:
-    """pass / fail when the whole 95% interval is on one side of the threshold, else inconclusive."""
-    low = estimate.low if estimate.low is not None else estimate.value
-    high = estimate.high if estimate.high is not None else estimate.value
-    if direction == "max":
-        if high <= threshold:
-            return "pass"
-        return "fail" if low > threshold else "inconclusive"
-    if low >= threshold:
-        return "pass"
-    return "fail" if high < threshold else "inconclusive"
-
-
-def overall_verdict(checks: list[dict[str, Any]]) -> str:
-    verdicts = {c["verdict"] for c in checks}
-    if "fail" in verdicts:
-        return "fail"
-    if "inconclusive" in verdicts:
-        return "inconclusive"
-    return "pass"

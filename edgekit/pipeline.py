@@ -1,8 +1,8 @@
-"""The build pipeline: recipe → fetch → convert → quantize → validate → bench → bundle → report.
+"""The build: recipe → plan → tasks (run by an executor) → verdicts → bundle files → report → manifest, sealed last.
 
-Each stage's output is cached by the hash of its inputs (see `edgekit.cache`), so a rerun of an
-unchanged recipe reuses everything and a changed target rebuilds only what depends on it. The
-bundle is written to a temp folder and renamed into place at the end.
+Every stage's output is cached by the key of its task (see `edgekit.plan.keys`), so a rerun of an
+unchanged recipe reuses everything and a changed target rebuilds only what depends on it. The bundle
+is staged beside its final place and swapped in whole at the end.
 """
 
 from __future__ import annotations
@@ -12,16 +12,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.backends import get_backend
-from edgekit.backends.base import Artifact, BuildEnv, Checkpoint
-from edgekit.cache import StageCache
+from edgekit.cache import CacheEntry, StageCache
 from edgekit.errors import GateFailure
-from edgekit.hashing import sha256_json
-from edgekit.preflight import preflight
+from edgekit.executors.base import Executor, TaskEvent, Tools
+from edgekit.executors.local import LocalExecutor
+from edgekit.fsutil import staging_dir
+from edgekit.gates import counts_as_failed, judge_artifact
+from edgekit.plan import Plan, make_plan, output_path
+from edgekit.plan.tasks import BundleTask
 from edgekit.progress import Progress
 from edgekit.recipe import Recipe
-from edgekit.runtime.config import default_threads
-from edgekit.stages import bundle, convert, fetch, quantize, report, validate
+from edgekit.records import Artifact
+from edgekit.report.model import build_report
+from edgekit.report.render import write_reports
+from edgekit.stages import bundle, fetch, quantize
+from edgekit.stages.reference import load_reference, noise_floor_metrics
+
+STAGE_GROUPS = {"convert": "convert+quantize", "quantize": "convert+quantize"}
 
 
 @dataclass
@@ -33,11 +40,17 @@ class BuildResult:
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
+    events: list[TaskEvent] = field(default_factory=list)
 
 
-def output_path(recipe: Recipe, out_dir: Path | None, project: Path) -> Path:
-    base = out_dir if out_dir is not None else project / recipe.spec.bundle.output_dir
-    return base.expanduser().absolute() / recipe.name
+@dataclass
+class Outcome:
+    """What the gates say about every validated artifact, and what the bundle policy makes of it."""
+
+    results: dict[str, dict[str, Any]]  # per artifact: metrics, checks, verdict, gates
+    verdicts: dict[str, str]
+    failed_required: list[str]
+    excluded: list[str]
 
 
 def build(
@@ -49,195 +62,153 @@ def build(
     project: Path | None = None,
     command: str = "edgekit build",
     threads: int | None = None,
+    executor: Executor | None = None,
 ) -> BuildResult:
     started = time.time()
-    timings: dict[str, float] = {}
-    project = project or Path.cwd()
-    final = output_path(recipe, out_dir, project)
-    threads = threads or default_threads()
-    env = BuildEnv(cache_root=cache.root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
-    preflight(recipe, final, out_given=out_dir is not None)
+    final = output_path(recipe, out_dir, project or Path.cwd())
+    plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None, threads=threads,
+                     command=command)  # fmt: skip
+    return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started)
+
+
+def build_plan(
+    plan: Plan,
+    *,
+    cache: StageCache,
+    progress: Progress,
+    executor: Executor | None = None,
+    started: float | None = None,
+) -> BuildResult:
+    started = started or time.time()
+    task = plan.bundle
     cache.clean_partials()
-
-    def timed(stage: str, start: float) -> None:
-        timings[stage] = timings.get(stage, 0.0) + time.time() - start
-
-    t = time.time()
-    checkpoint = fetch.run(recipe, cache, progress)
-    timed("fetch", t)
-
-    t = time.time()
-    artifacts = _convert_and_quantize(recipe, checkpoint, env, cache, progress)
-    timed("convert+quantize", t)
-
-    cfg = recipe.spec.validation
-    results: dict[str, dict[str, Any]] = {}
-    reference_meta = noise = None
-    if cfg.enabled:
-        t = time.time()
-        ref = validate.reference(recipe, checkpoint, cache, progress, threads)
-        reference_meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor")}
-        reference_meta["cache_key"] = ref.key
-        reference_meta["reused"] = ref.entry.reused
-        timed("reference", t)
-        t = time.time()
-        for target, artifact in zip(recipe.targets, artifacts, strict=True):
-            measured = validate.validate_artifact(recipe, artifact, ref, cache, progress, threads)
-            judged = validate.judge_artifact(measured, validate.gates_for(recipe, target))
-            results[artifact.name] = {**measured, **judged, "gates": validate.gates_for(recipe, target).model_dump()}
-        noise = validate.noise_floor_metrics(ref, cfg)
-        timed("validate", t)
-
-    verdicts = {name: r["verdict"] for name, r in results.items()}
-    required = {t.name for t in recipe.targets if t.required}
-    failed = [n for n, v in verdicts.items() if v == "fail" or (v == "inconclusive" and cfg.on_inconclusive == "fail")]
-    failed_required = [n for n in failed if n in required]
-    excluded: list[str] = []
-    if recipe.spec.bundle.exclude_failed and failed:
-        excluded = failed
-        if len(excluded) == len(artifacts):
-            raise GateFailure(failed, None)
-    kept = [a for a in artifacts if a.name not in excluded]
-
-    bench_results = None
-    if recipe.spec.bench.enabled:
-        t = time.time()
-        bench_results = _bench(recipe, kept, cache, progress)
-        timed("bench", t)
-    runtime = _runtime_config(recipe, kept, verdicts, bench_results, threads)
-
-    versions = bundle.tool_versions(_backend_versions(recipe, env))
-    t = time.time()
-
-    def write_reports(directory: Path, records: list[dict[str, Any]]) -> None:
-        rows = []
-        for record in records:
-            rows.append(
-                {
-                    **{
-                        k: record[k]
-                        for k in (
-                            "name",
-                            "backend",
-                            "scheme",
-                            "path",
-                            "size",
-                            "sha256",
-                            "tensor_types",
-                            "bits_per_weight",
-                        )
-                    },
-                    "details": record["details"],
-                    "required": record["name"] in required,
-                    **results.get(record["name"], {"verdict": "not validated", "metrics": None}),
-                }
-            )
-        for name in excluded:
-            left_out = next(a for a in artifacts if a.name == name)
-            described = {
-                "backend": left_out.backend,
-                "scheme": left_out.scheme,
-                "size": left_out.size,
-                "tensor_types": left_out.details.get("tensor_types", {}),
-                "bits_per_weight": left_out.details.get("bits_per_weight"),
-                "details": left_out.details,
-                "required": name in required,
-            }
-            rows.append({"name": name, "verdict": verdicts[name], "excluded": True, **described, **results[name]})
-        data = report.build_report(
-            name=final.name,
-            recipe=recipe,
-            checkpoint=checkpoint,
-            reference=reference_meta,
-            noise_floor=noise,
-            artifacts=rows,
-            bench=bench_results,
-            versions=versions,
-            command=command,
-        )
-        report.write_reports(directory, data)
-
-    with progress.task(f"bundle  {final}"):
-        bundle.write_bundle(final, recipe, checkpoint, kept, runtime, versions, write_reports, verdicts)
-    timed("bundle+report", t)
-    reused: dict[str, bool] = {}
-    for stage, _, was_reused in cache.events:
-        reused[stage] = reused.get(stage, True) and was_reused
+    tools = Tools(cache, task.threads, plan.llama_cpp_dir)
+    executor = executor or LocalExecutor(tools, progress)
+    entries = executor.run(plan.tasks)
+    outcome = judge(task, entries)
+    if outcome.excluded and len(outcome.excluded) == len(task.targets):
+        raise GateFailure(outcome.excluded, None)
+    bundle_started = time.time()
+    with progress.task(f"bundle  {task.final}"):
+        assemble(task, entries, outcome)
+    events = executor.events
     return BuildResult(
-        reused=reused,
-        bundle=final,
-        verdicts=verdicts,
-        failed_required=[] if recipe.spec.bundle.exclude_failed else failed_required,
-        excluded=excluded,
+        bundle=Path(task.final),
+        verdicts=outcome.verdicts,
+        failed_required=outcome.failed_required,
+        excluded=outcome.excluded,
         seconds=time.time() - started,
-        stage_seconds=timings,
+        stage_seconds={**_stage_seconds(events), "bundle+report": time.time() - bundle_started},
+        reused=_reused(events),
+        events=list(events),
     )
 
 
-def _convert_and_quantize(
-    recipe: Recipe, checkpoint: Checkpoint, env: BuildEnv, cache: StageCache, progress: Progress
-) -> list[Artifact]:
-    model_sha = sha256_json(recipe.spec.model.model_dump(mode="json"))
-    meta = convert.provenance(checkpoint, model_sha)
-    converted: dict[str, Any] = {}
-    artifacts = []
-    calibration = None
-    for target in recipe.targets:
-        if target.backend not in converted:
-            converted[target.backend] = convert.run(target.backend, checkpoint, env, cache, progress, meta)
-        backend = get_backend(target.backend)
-        wants_text = getattr(backend, "needs_calibration", lambda scheme, options: False)(target.scheme, target.options)
-        if wants_text and calibration is None:
-            from edgekit.evaldata import load_text
+def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
+    results: dict[str, dict[str, Any]] = {}
+    for target in task.targets:
+        if target.validate is None:
+            continue
+        entry = entries[target.validate.key]
+        measured = {**entry.result, "cache_key": entry.key, "token_file": str(entry.path / "tokens.npz")}
+        results[target.name] = {
+            **measured,
+            **judge_artifact(measured, target.gates),
+            "gates": target.gates.model_dump(),
+        }
+    verdicts = {name: r["verdict"] for name, r in results.items()}
+    failed = [n for n, v in verdicts.items() if counts_as_failed(v, task.report.on_inconclusive)]
+    required = {t.name for t in task.targets if t.required}
+    exclude = task.report.exclude_failed
+    return Outcome(
+        results=results,
+        verdicts=verdicts,
+        failed_required=[] if exclude else [n for n in failed if n in required],
+        excluded=failed if exclude else [],
+    )
 
-            calibration = load_text(recipe.spec.validation.text, recipe.base_dir).text
-        artifacts.append(
-            quantize.run(target, converted[target.backend], env, cache, progress, calibration if wants_text else None)
+
+def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome) -> None:
+    """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
+    checkpoint = fetch.checkpoint(task.checkpoint, entries[task.checkpoint.key])
+    artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
+    kept = [a for a in artifacts if a.name not in outcome.excluded]
+    bench = _bench_result(task, entries)
+    runtime = bundle.runtime_values(task, kept, outcome.verdicts, bench)
+    with staging_dir(Path(task.final)) as tmp:
+        records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
+        reference, noise = _reference_summary(task, entries)
+        report = build_report(
+            task.report,
+            targets=task.targets,
+            checkpoint=checkpoint,
+            reference=reference,
+            noise_floor=noise,
+            artifacts=_report_rows(task, records, artifacts, outcome),
+            bench=bench,
+            versions=task.versions,
         )
-    return artifacts
+        write_reports(tmp, report)
+        bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
 
 
-def _backend_versions(recipe: Recipe, env: BuildEnv) -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
-    for backend_name in dict.fromkeys(t.backend for t in recipe.targets):
-        found.update(get_backend(backend_name).versions(env))
-    return found
-
-
-def _bench(recipe: Recipe, artifacts: list[Artifact], cache: StageCache, progress: Progress) -> dict[str, Any] | None:
-    try:
-        from edgekit.stages import bench
-    except ImportError:
+def _bench_result(task: BundleTask, entries: dict[str, CacheEntry]) -> dict[str, Any] | None:
+    if task.bench is None:
         return None
-    return bench.run(recipe, artifacts, cache, progress)
+    entry = entries[task.bench.key]
+    return {**entry.result, "cache": {"key": entry.key, "reused": entry.reused}}
 
 
-def _runtime_config(
-    recipe: Recipe,
-    artifacts: list[Artifact],
-    verdicts: dict[str, str],
-    bench_results: dict[str, Any] | None,
-    threads: int,
-) -> dict[str, Any]:
-    defaults = recipe.spec.bundle.runtime
-    passing = [a for a in artifacts if verdicts.get(a.name, "pass") == "pass"]
-    chosen = (passing or artifacts)[0]
-    values: dict[str, Any] = {
-        "artifact": chosen.name,
-        "n_threads": threads,
-        "n_threads_batch": threads,
-        "use_mmap": True,
-        "use_mlock": defaults.use_mlock,
-        "n_ctx": defaults.n_ctx,
-        "n_batch": defaults.n_batch,
-        "max_concurrent": defaults.max_concurrent,
-        "warmup_tokens": defaults.warmup_tokens,
-        "max_queue": defaults.max_queue,
-        "max_request_tokens": defaults.max_request_tokens,
-        "derived_from": "recipe defaults and this machine's physical cores (bench disabled)",
-    }
-    if bench_results:
-        from edgekit.stages import bench
+def _reference_summary(task: BundleTask, entries: dict[str, CacheEntry]) -> tuple[Any, Any]:
+    if task.reference is None:
+        return None, None
+    entry = entries[task.reference.key]
+    ref = load_reference(task.reference, entry)
+    meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor")}
+    meta.update(cache_key=entry.key, reused=entry.reused)
+    return meta, noise_floor_metrics(ref, task.report.bootstrap)
 
-        values.update(bench.derive_runtime(bench_results, chosen.name, values))
-    return values
+
+def _report_rows(
+    task: BundleTask, records: list[dict[str, Any]], artifacts: list[Artifact], outcome: Outcome
+) -> list[dict[str, Any]]:
+    required = {t.name for t in task.targets if t.required}
+    record_keys = ("name", "backend", "scheme", "path", "size", "sha256", "tensor_types", "bits_per_weight")
+    rows = [
+        {
+            **{k: record[k] for k in record_keys},
+            "details": record["details"],
+            "required": record["name"] in required,
+            **outcome.results.get(record["name"], {"verdict": "not validated", "metrics": None}),
+        }
+        for record in records
+    ]
+    for artifact in (a for a in artifacts if a.name in outcome.excluded):
+        described = {
+            "backend": artifact.backend,
+            "scheme": artifact.scheme,
+            "size": artifact.size,
+            "tensor_types": artifact.details.get("tensor_types", {}),
+            "bits_per_weight": artifact.details.get("bits_per_weight"),
+            "details": artifact.details,
+            "required": artifact.name in required,
+        }
+        verdict = outcome.verdicts[artifact.name]
+        rows.append({"name": artifact.name, "verdict": verdict, "excluded": True, **described,
+                     **outcome.results[artifact.name]})  # fmt: skip
+    return rows
+
+
+def _stage_seconds(events: list[TaskEvent]) -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    for event in events:
+        group = STAGE_GROUPS.get(event.stage, event.stage)
+        seconds[group] = seconds.get(group, 0.0) + event.seconds
+    return seconds
+
+
+def _reused(events: list[TaskEvent]) -> dict[str, bool]:
+    reused: dict[str, bool] = {}
+    for event in events:
+        reused[event.stage] = reused.get(event.stage, True) and event.reused
+    return reused

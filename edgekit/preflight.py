@@ -72,17 +72,22 @@ def check_output(final: Path, *, from_recipe: bool) -> list[RecipeProblem]:
 def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False) -> None:
     """Everything that can be checked before work starts, without writing anything: backends installed,
     sources and files exist and are readable, and the bundle can go where it is asked to (`final`)."""
-    from edgekit.backends import get_backend
-    from edgekit.stages import fetch
+    from edgekit.registry import build_backend
+    from edgekit.sources import hub
+    from edgekit.sources.local import locate_local
 
+    model = recipe.spec.model
     problems: list[RecipeProblem] = []
     for target in recipe.targets:
-        get_backend(target.backend).require()  # MissingDependencyError names the extra to install
+        build_backend(target.backend).require()  # MissingDependencyError names the extra to install
     try:
-        if recipe.spec.model.source.startswith("hf://"):
-            problems += filter(None, [fetch.check_hub_source(recipe.spec.model)])
+        if model.source.startswith("hf://"):
+            found = hub.check_hub_source(
+                model.source, model.revision, model.allow_pickle, model.allow_patterns is not None
+            )
+            problems += [found] if found else []
         else:
-            fetch.locate_local(recipe.spec.model, recipe)  # exists, right kind, no unallowed pickle; not hashed yet
+            locate_local(model.source, recipe.base_dir, model.allow_pickle)  # exists, right kind; not hashed yet
     except SourceError as exc:
         problems.append(RecipeProblem("model.source", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else "")))
     problems += check_eval_files(recipe)

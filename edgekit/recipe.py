@@ -10,23 +10,22 @@ import hashlib
 import re
 import stat
 import tomllib
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgekit.backends.base import Gates
 from edgekit.errors import RecipeError, RecipeProblem
+from edgekit.gates import Gates
+from edgekit.recipe_problems import NAME_PATTERN, problems_from
+from edgekit.runtime.bench.settings import BenchOptions
 from edgekit.suggest import did_you_mean
 
 MAX_RECIPE_BYTES = 256 * 1024
 # tomllib's memory grows with the square of a dotted key's length (a.a.a… on one 200 KB line takes
 # gigabytes), and nothing in a recipe needs long lines: bound them before parsing.
 MAX_LINE_CHARS = 4096
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "smollm2-135m.toml"
 SOURCE_SCHEMES = ("hf://", "pkg://", "file://")
 
@@ -113,17 +112,8 @@ class ValidationSection(_Section):
         return self
 
 
-class BenchSection(_Section):
+class BenchSection(BenchOptions):
     enabled: bool = True
-    prompt_tokens: int = Field(128, ge=1, le=32768)
-    gen_tokens: int = Field(64, ge=1, le=4096)
-    runs: int = Field(3, ge=1, le=100)
-    threads: Literal["auto"] | tuple[Annotated[int, Field(ge=1, le=1024)], ...] = "auto"
-    concurrency: tuple[Annotated[int, Field(ge=1, le=4)], ...] = (1, 2, 4)
-    baseline: bool = True
-    bandwidth_mib: int = Field(256, ge=16, le=16384, description="array size of the bandwidth probe")
-    loads: bool = Field(True, description="time loads with/without mmap (and mlock), cold and warm page cache")
-    warmup_tokens: int = Field(4, ge=0, le=256, description="decoded before any timing, as serve's warm-up does")
 
 
 class RuntimeDefaults(_Section):
@@ -203,11 +193,6 @@ class Recipe:
     def base_dir(self) -> Path:
         return self.path.parent
 
-    def resolve_local(self, value: str) -> Path:
-        """A local path from the recipe, relative to the recipe's folder."""
-        path = Path(value.removeprefix("file://")).expanduser()
-        return path if path.is_absolute() else (self.base_dir / path)
-
 
 def load_recipe(path: Path | str) -> Recipe:
     path = Path(path)
@@ -257,7 +242,7 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
     try:
         spec = RecipeModel.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(path, _problems_from(exc, RecipeModel, data=data)) from None
+        raise RecipeError(path, problems_from(exc, RecipeModel, data=data)) from None
     targets, problems = _resolve_targets(spec)
     problems += _contradictions(spec)
     if problems:
@@ -306,9 +291,9 @@ def _contradictions(spec: RecipeModel) -> list[RecipeProblem]:
 
 
 def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProblem]]:
-    from edgekit.backends import registry
+    from edgekit.registry import build_backends
 
-    backends = registry()
+    backends = build_backends()
     targets: list[Target] = []
     problems: list[RecipeProblem] = []
     seen: dict[str, int] = {}
@@ -336,7 +321,7 @@ def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProble
         try:
             options = backend.options_model.model_validate(t.options)
         except ValidationError as exc:
-            problems += _problems_from(exc, backend.options_model, prefix=f"{key}.options", data=t.options)
+            problems += problems_from(exc, backend.options_model, prefix=f"{key}.options", data=t.options)
             continue
         target_problems = backend.check_target(t.scheme, options)
         problems += [
@@ -355,180 +340,3 @@ def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProble
         seen[name] = i
         targets.append(Target(t.backend, t.scheme, name, t.required, options, t.gates, t.note))
     return targets, problems
-
-
-# --- turning pydantic errors into recipe problems -------------------------------------------------
-
-
-def _loc_to_key(loc: tuple[str | int, ...]) -> str:
-    key = ""
-    for part in loc:
-        if isinstance(part, int):
-            key += f"[{part}]"
-        else:
-            key += f".{part}" if key else str(part)
-    return key
-
-
-def _unwrap(annotation: Any) -> list[Any]:
-    """The classes inside Optional/Union/Annotated/tuple/list annotations."""
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _unwrap(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType, tuple, list):
-        found: list[Any] = []
-        for arg in typing.get_args(annotation):
-            if arg is not Ellipsis:
-                found += _unwrap(arg)
-        return found
-    return [annotation]
-
-
-def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if current is None:
-            return None
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(part)
-        if field is None:
-            return None
-        current = next((c for c in _unwrap(field.annotation) if isinstance(c, type) and issubclass(c, BaseModel)), None)
-    return current
-
-
-def _expected(model: type[BaseModel] | None, field_name: str | int) -> str:
-    if model is None or not isinstance(field_name, str) or field_name not in model.model_fields:
-        return ""
-    field = model.model_fields[field_name]
-    literals = [a for a in _unwrap(field.annotation) if typing.get_origin(a) is Literal]
-    if literals:
-        values = [repr(v) for lit in literals for v in typing.get_args(lit)]
-        return f"; expected one of {', '.join(values)}"
-    return ""
-
-
-# pydantic's words for the Python types it wanted, in the words of the TOML file being read
-TOML_WORDS = {
-    "tuple_type": "expected an array",
-    "list_type": "expected an array",
-    "string_type": "expected a string (in quotes)",
-    "bool_type": "expected true or false",
-    "bool_parsing": "expected true or false",
-    "int_type": "expected an integer",
-    "int_parsing": "expected an integer",
-    "int_from_float": "expected an integer, not a fraction",
-    "float_type": "expected a number",
-    "float_parsing": "expected a number",
-    "dict_type": "expected a table",
-    "too_short": "must not be empty; add at least one",
-    "model_type": "expected a table (a [section] or { key = value, ... })",
-    "model_attributes_type": "expected a table (a [section] or { key = value, ... })",
-}
-BOUNDS = {
-    "greater_than_equal": ("at least", "ge"),
-    "greater_than": ("more than", "gt"),
-    "less_than_equal": ("at most", "le"),
-    "less_than": ("less than", "lt"),
-    "string_too_long": ("at most this many characters:", "max_length"),
-}
-NAME_RULE = "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _real_loc(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
-    """`loc` without pydantic's union-member tags ("tuple[int, ...]"), keeping keys that are in the data."""
-    kept: list[str | int] = []
-    current = data
-    for part in loc:
-        in_dict = isinstance(current, dict) and part in current
-        if in_dict or (isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)):
-            current = current[part]
-        elif isinstance(part, str) and "[" in part:
-            continue
-        else:
-            current = None
-        kept.append(part)
-    return tuple(kept)
-
-
-def _problems_from(
-    exc: ValidationError, root: type[BaseModel], prefix: str = "", data: Any = None
-) -> list[RecipeProblem]:
-    problems: list[RecipeProblem] = []
-    for err in exc.errors(include_url=False):
-        loc = _real_loc(tuple(err["loc"]), data)
-        key = _loc_to_key(loc)
-        if prefix:
-            key = f"{prefix}.{key}" if key else prefix
-        parent = _model_at(root, loc[:-1])
-        if err["type"] == "extra_forbidden":
-            allowed = list(parent.model_fields) if parent else []
-            problems.append(
-                RecipeProblem(
-                    key,
-                    "unknown key"
-                    + (
-                        f"; expected one of {', '.join(allowed)}"
-                        if allowed
-                        else "; this table takes no keys"
-                        if parent
-                        else ""
-                    ),
-                    did_you_mean(str(loc[-1]), allowed) if allowed and loc else None,
-                )
-            )
-        elif err["type"] == "missing":
-            if key == "targets":
-                problems.append(RecipeProblem(key, "no targets; add a [[targets]] section with backend and scheme"))
-            elif _model_at(root, loc) is not None:
-                problems.append(RecipeProblem(key, f"required section [{key}] is missing; add it"))
-            else:
-                problems.append(RecipeProblem(key, "required key is missing; add it"))
-        elif err["type"] == "literal_error":
-            allowed_values = [str(v).strip("'") for v in re.findall(r"'([^']*)'", err["msg"])]
-            problems.append(
-                RecipeProblem(
-                    key,
-                    f"got {err['input']!r}; {err['msg'].lower()}",
-                    did_you_mean(str(err["input"]), allowed_values) if isinstance(err["input"], str) else None,
-                )
-            )
-        else:
-            message = TOML_WORDS.get(err["type"]) or err["msg"].removeprefix("Value error, ")
-            if err["type"] in BOUNDS:
-                word, bound = BOUNDS[err["type"]]
-                message = f"must be {word} {err.get('ctx', {}).get(bound)}"
-            if err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NAME_PATTERN:
-                message = NAME_RULE
-            if isinstance(err["input"], dict) and err["type"] == "value_error":  # a whole-section check
-                problems.append(RecipeProblem(key, message))
-                continue
-            if key == "targets" and err["type"] == "tuple_type":
-                message += "; write each target as a [[targets]] section"
-            shown = _shown(err["input"])
-            problems.append(RecipeProblem(key, f"{message} (got {shown}){_expected(parent, loc[-1] if loc else '')}"))
-    return _dedupe(problems)
-
-
-def _dedupe(problems: list[RecipeProblem]) -> list[RecipeProblem]:
-    """Drop repeats, and errors about a container whose items already have their own errors."""
-    keys = {p.key for p in problems}
-    seen: set[tuple[str, str]] = set()
-    unique = []
-    for p in problems:
-        if p.key and any(k != p.key and k.startswith((p.key + ".", p.key + "[")) for k in keys):
-            continue
-        if (p.key, p.problem) not in seen:
-            seen.add((p.key, p.problem))
-            unique.append(p)
-    return unique

@@ -55,12 +55,23 @@ def llama_cpp_python_version() -> str:
         raise MissingDependencyError("llama-cpp-python", "gguf") from None
 
 
-def get_converter(cache_root: Path, llama_cpp_dir: str | None = None) -> Converter:
+def toolchain_root() -> Path:
+    """Where llama.cpp's tools are kept, once per version: $EDGEKIT_TOOLCHAIN, else ~/.cache/edgekit/toolchain.
+
+    Apart from the stage cache, so a fresh or throw-away stage cache (CI, tests) does not fetch them again.
+    """
+    if env := os.environ.get("EDGEKIT_TOOLCHAIN"):
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "edgekit" / "toolchain"
+
+
+def get_converter(llama_cpp_dir: str | None = None) -> Converter:
     explicit = llama_cpp_dir or os.environ.get("EDGEKIT_LLAMA_CPP_DIR")
     if explicit:
         return _from_checkout(Path(explicit).expanduser())
     pkg_version = llama_cpp_python_version()
-    target = cache_root / "toolchain" / f"llama-cpp-python-{pkg_version}"
+    target = toolchain_root() / f"llama-cpp-python-{pkg_version}"
     if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(target.parent / f".{target.name}.lock")):

@@ -19,14 +19,14 @@ import sys
 import traceback
 from typing import Any
 
-import edgekit.backends
 import edgekit.cli
 import edgekit.pipeline
 import edgekit.preflight
 import edgekit.progress
+import edgekit.registry
 import edgekit.runtime.config
 
-edgekit.backends.registry()  # imports every built-in backend module
+edgekit.registry.build_backends()  # imports every built-in backend's build side
 
 del edgekit  # imported for their side effect: the module cache every child inherits
 

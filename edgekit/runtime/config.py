@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -42,18 +41,6 @@ class RuntimeConfig(BaseModel):
     execution_mode: Literal["sequential", "parallel"] | None = None  # ONNX Runtime
     memory_arena: bool | None = None  # ONNX Runtime enable_cpu_mem_arena
     env_allocators: bool | None = None  # ONNX Runtime session.use_env_allocators (one shared arena)
-
-
-def default_threads() -> int:
-    """Physical cores available to this process (llama.cpp's own default is half the logical CPUs)."""
-    try:
-        import psutil
-
-        physical = psutil.cpu_count(logical=False)
-    except ImportError:
-        physical = None
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(physical or available, available))
 
 
 def render_runtime_toml(values: dict[str, Any]) -> str:

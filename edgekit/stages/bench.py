@@ -1,7 +1,7 @@
 """bench: measure every artifact on this CPU; GGUF ones against the memory-bandwidth roofline.
 
-The measurements run in fresh worker processes (`edgekit.runtime.benchmark`, no torch), and are
-cached in the stage cache under a key made of the artifacts' cache keys, the bench settings, the
+The measurements run in fresh worker processes (`edgekit.runtime.bench.benchmark`, no torch), and are
+cached in the stage cache under a key made of the artifacts' keys, the bench settings, the
 llama-cpp-python version and a machine fingerprint (CPU model, core counts, NUMA nodes): a rebuild
 on the same machine reuses them, another machine measures again.
 
@@ -54,57 +54,41 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from edgekit.backends.base import Artifact
-from edgekit.cache import StageCache
-from edgekit.progress import Progress
-from edgekit.recipe import Recipe
-from edgekit.runtime import derive, machine
-from edgekit.runtime.benchmark import BENCH_METHOD, BENCH_SCHEMA, Benchmark, BenchSettings, BenchTarget
-from edgekit.versions import dist_version
+from edgekit.gates import counts_as_failed, judge_artifact
+from edgekit.plan.tasks import BenchTask
+from edgekit.runtime import machine
+from edgekit.runtime.bench.benchmark import Benchmark
+from edgekit.runtime.bench.results import BenchTarget
+from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.stages import quantize
+from edgekit.stages.context import StageContext
 
 
-def settings_for(recipe: Recipe) -> BenchSettings:
-    cfg = recipe.spec.bench
-    runtime = recipe.spec.bundle.runtime
-    return BenchSettings(
-        prompt_tokens=cfg.prompt_tokens,
-        gen_tokens=cfg.gen_tokens,
-        runs=cfg.runs,
-        threads=None if cfg.threads == "auto" else tuple(cfg.threads),
-        concurrency=tuple(sorted(set(cfg.concurrency))),
-        baseline=cfg.baseline,
-        bandwidth_mib=cfg.bandwidth_mib,
-        n_ctx=runtime.n_ctx,
-        n_batch=runtime.n_batch,
-        warmup_tokens=cfg.warmup_tokens,
-        loads=cfg.loads,
-    )
+def run(task: BenchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+    settings = BenchSettings(**task.settings)
+    targets = []
+    for q in _measured(task, ctx):
+        a = quantize.artifact(q, ctx.entry(q))
+        details = a.details
+        targets.append(BenchTarget(a.name, a.path, a.backend, a.scheme, details.get("bytes_per_token"),
+                                   details.get("tensor_types")))  # fmt: skip
+    if not targets:
+        return {"artifacts": {}, "skipped": "every artifact failed its gates (exclude_failed)"}
+    with ctx.progress.task(f"bench  {len(targets)} artifacts on {machine.cpu_model()}") as progress:
+        return Benchmark(targets, settings, log=progress.update).run()
 
 
-def run(recipe: Recipe, artifacts: list[Artifact], cache: StageCache, progress: Progress) -> dict[str, Any]:
-    settings = settings_for(recipe)
-    described = machine.describe()
-    llama_version = dist_version("llama-cpp-python")
-    inputs = {
-        "artifacts": [
-            {"name": a.name, "key": a.key, "backend": a.backend, "scheme": a.scheme, "size": a.size} for a in artifacts
-        ],
-        "settings": settings.as_dict(),
-        "machine": described["fingerprint"],
-        "versions": {"llama-cpp-python": llama_version, "bench_schema": BENCH_SCHEMA, "bench_method": BENCH_METHOD},
-    }
-    targets = [BenchTarget(a.name, a.path, a.backend, a.scheme, a.details.get("bytes_per_token")) for a in artifacts]
-    with progress.task(f"bench  {len(targets)} artifacts on {described['cpu_model']}") as task:
-
-        def produce(_tmp: Any) -> dict[str, Any]:
-            return Benchmark(targets, settings, log=task.update).run()
-
-        entry = cache.get_or_produce("bench", inputs, produce)
-    return {**entry.result, "cache": {"key": entry.key, "reused": entry.reused}}
-
-
-def derive_runtime(bench_results: dict[str, Any], artifact_name: str, defaults: dict[str, Any]) -> dict[str, Any]:
-    """runtime.toml values for `artifact_name` from the bench (threads, mmap, concurrency, NUMA)."""
-    return derive.derive_runtime(bench_results, artifact_name, defaults)
+def _measured(task: BenchTask, ctx: StageContext) -> list[Any]:
+    """The artifacts to measure: all of them, or with `exclude_failed` those whose gates did not fail."""
+    if task.exclusion is None:
+        return list(task.artifacts)
+    kept = []
+    exclusion = task.exclusion
+    for q, v, gates in zip(task.artifacts, exclusion.validations, exclusion.gates, strict=True):
+        verdict = judge_artifact(ctx.entry(v).result, gates)["verdict"]
+        if not counts_as_failed(verdict, exclusion.on_inconclusive):
+            kept.append(q)
+    return kept

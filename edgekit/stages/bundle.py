@@ -1,4 +1,4 @@
-"""bundle: assemble dist/<name>/ in a temp folder and rename it into place when complete.
+"""bundle: the files of dist/<name>/, staged in a temp folder; the pipeline adds the report, then seals the manifest.
 
 Layout:
     manifest.json        provenance, every file's size and sha256, artifacts, verdicts
@@ -23,109 +23,118 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.backends.base import Artifact, Checkpoint
-from edgekit.fsutil import ensure_free_space, staging_dir, write_json_atomic, write_text_atomic
+from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
 from edgekit.hashing import file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
-from edgekit.recipe import Recipe
+from edgekit.plan.tasks import BundleTask
+from edgekit.records import Artifact, Checkpoint
 from edgekit.runtime.config import render_runtime_toml
-from edgekit.versions import dist_version
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json", "config.json")  # fmt: skip
+RUNTIME_DEFAULTS = (
+    "use_mlock",
+    "n_ctx",
+    "n_batch",
+    "max_concurrent",
+    "warmup_tokens",
+    "max_queue",
+    "max_request_tokens",
+)
 PACKAGE_FILES = Path(__file__).resolve().parent.parent / "bundle_files"
-
-
-def tool_versions(extra: dict[str, str | None] | None = None) -> dict[str, str | None]:
-    v = dist_version
-    found: dict[str, str | None] = {
-        "python": platform.python_version(),
-        "edgekit": __version__,
-        "torch": v("torch"),
-        "transformers": v("transformers"),
-        "tokenizers": v("tokenizers"),
-        "huggingface-hub": v("huggingface-hub"),
-        "llama-cpp-python": v("llama-cpp-python"),
-        "gguf": v("gguf"),
-        "numpy": v("numpy"),
-    }
-    for dist in ("openvino", "openvino-tokenizers", "nncf", "optimum", "optimum-intel",
-                 "optimum-onnx", "onnx", "onnxruntime"):  # fmt: skip
-        if (value := v(dist)) is not None:
-            found[dist] = value
-    found.update(extra or {})
-    return found
 
 
 def artifact_filename(artifact: Artifact) -> str:
     return f"{artifact.name}.gguf" if artifact.path.is_file() else artifact.name
 
 
-def write_bundle(
-    final: Path,
-    recipe: Recipe,
-    checkpoint: Checkpoint,
+def stage_files(
+    tmp: Path,
+    task: BundleTask,
     artifacts: list[Artifact],
+    checkpoint: Checkpoint,
     runtime: dict[str, Any],
-    versions: dict[str, str | None],
-    write_reports: Any,  # callable(staging_dir, artifact records) -> None
     verdicts: dict[str, str],
-) -> Path:
-    """Write the bundle; `write_reports(tmp, records)` adds report files before the manifest is sealed."""
-    ensure_free_space(final.parent, sum(a.size for a in artifacts) + 16 * 2**20)
-    with staging_dir(final) as tmp:
-        records = []
-        for artifact in artifacts:
-            rel = Path("models") / artifact_filename(artifact)
-            _copy(artifact.path, tmp / rel)
-            files = file_records(tmp / rel)
-            records.append(
-                {
-                    "name": artifact.name,
-                    "backend": artifact.backend,
-                    "scheme": artifact.scheme,
-                    "path": rel.as_posix(),
-                    "size": sum(f["size"] for f in files),
-                    "sha256": files[0]["sha256"] if artifact.path.is_file() else sha256_json(files),
-                    "tensor_types": artifact.details.get("tensor_types", {}),
-                    "bits_per_weight": artifact.details.get("bits_per_weight"),
-                    "verdict": verdicts.get(artifact.name, "not validated"),
-                    "details": {k: v for k, v in artifact.details.items() if k not in ("tensor_types",)},
-                    "cache_key": artifact.key,
-                }
-            )
-        for name in TOKENIZER_FILES:
-            if (checkpoint.path / name).is_file():
-                _copy(checkpoint.path / name, tmp / "tokenizer" / name)
-        write_text_atomic(tmp / "recipe.toml", recipe.text)
-        write_text_atomic(tmp / "runtime.toml", render_runtime_toml(runtime))
-        for name in ("run.sh", "Dockerfile.edge"):
-            if (PACKAGE_FILES / name).is_file():
-                shutil.copyfile(PACKAGE_FILES / name, tmp / name)
-        if (tmp / "run.sh").exists():
-            (tmp / "run.sh").chmod((tmp / "run.sh").stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        write_reports(tmp, records)
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "edgekit_version": __version__,
-            "name": final.name,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "built_on": {"machine": platform.machine(), "system": platform.system(), "python": sys.version.split()[0]},
-            "recipe": {"path": str(recipe.path), "sha256": recipe.sha256},
-            "source": {
-                "uri": checkpoint.uri,
-                "revision": checkpoint.revision,
-                "files": [f.__dict__ for f in checkpoint.files],
-                "reconstructed_from": checkpoint.reconstructed_from,
-                "notes": list(checkpoint.notes),
-            },
-            "artifacts": records,
-            "default_artifact": runtime.get("artifact"),
-            "versions": versions,
-            "files": [r for r in file_records(tmp) if r["path"] != MANIFEST],
-        }
-        write_json_atomic(tmp / MANIFEST, manifest)
-    return final
+) -> list[dict[str, Any]]:
+    """Copy the artifacts, tokenizer, recipe, runtime config and launcher into `tmp`; return the artifact records."""
+    ensure_free_space(tmp.parent, sum(a.size for a in artifacts) + 16 * 2**20)
+    records = [_artifact_record(tmp, a, verdicts) for a in artifacts]
+    for name in TOKENIZER_FILES:
+        if (checkpoint.path / name).is_file():
+            _copy(checkpoint.path / name, tmp / "tokenizer" / name)
+    write_text_atomic(tmp / "recipe.toml", task.recipe_text)
+    write_text_atomic(tmp / "runtime.toml", render_runtime_toml(runtime))
+    for name in ("run.sh", "Dockerfile.edge"):
+        if (PACKAGE_FILES / name).is_file():
+            shutil.copyfile(PACKAGE_FILES / name, tmp / name)
+    if (tmp / "run.sh").exists():
+        (tmp / "run.sh").chmod((tmp / "run.sh").stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return records
+
+
+def _artifact_record(tmp: Path, artifact: Artifact, verdicts: dict[str, str]) -> dict[str, Any]:
+    rel = Path("models") / artifact_filename(artifact)
+    _copy(artifact.path, tmp / rel)
+    files = file_records(tmp / rel)
+    return {
+        "name": artifact.name,
+        "backend": artifact.backend,
+        "scheme": artifact.scheme,
+        "path": rel.as_posix(),
+        "size": sum(f["size"] for f in files),
+        "sha256": files[0]["sha256"] if artifact.path.is_file() else sha256_json(files),
+        "tensor_types": artifact.details.get("tensor_types", {}),
+        "bits_per_weight": artifact.details.get("bits_per_weight"),
+        "verdict": verdicts.get(artifact.name, "not validated"),
+        "details": {k: v for k, v in artifact.details.items() if k not in ("tensor_types",)},
+        "cache_key": artifact.key,
+    }
+
+
+def seal_manifest(
+    tmp: Path,
+    task: BundleTask,
+    checkpoint: Checkpoint,
+    records: list[dict[str, Any]],
+    runtime: dict[str, Any],
+) -> None:
+    """manifest.json, last: every file of the staged bundle with its size and sha256, and the provenance."""
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "edgekit_version": __version__,
+        "name": task.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "built_on": {"machine": platform.machine(), "system": platform.system(), "python": sys.version.split()[0]},
+        "recipe": {"path": task.report.recipe_path, "sha256": task.report.recipe_sha256},
+        "source": checkpoint.provenance(),
+        "artifacts": records,
+        "default_artifact": runtime.get("artifact"),
+        "versions": task.versions,
+        "files": [r for r in file_records(tmp) if r["path"] != MANIFEST],
+    }
+    write_json_atomic(tmp / MANIFEST, manifest)
+
+
+def runtime_values(
+    task: BundleTask, artifacts: list[Artifact], verdicts: dict[str, str], bench: dict[str, Any] | None
+) -> dict[str, Any]:
+    """runtime.toml: the recipe's defaults and this machine's cores, then what the bench measured."""
+    from edgekit.runtime.bench.derive import derive_runtime
+
+    defaults = task.runtime_defaults
+    passing = [a for a in artifacts if verdicts.get(a.name, "pass") == "pass"]
+    chosen = (passing or artifacts)[0]
+    values: dict[str, Any] = {
+        "artifact": chosen.name,
+        "n_threads": task.threads,
+        "n_threads_batch": task.threads,
+        "use_mmap": True,
+        **{k: defaults[k] for k in RUNTIME_DEFAULTS},
+        "derived_from": "recipe defaults and this machine's physical cores (bench disabled)",
+    }
+    if bench:
+        values.update(derive_runtime(bench, chosen.name, values))
+    return values
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.backends.base import Checkpoint
 from edgekit.cache import StageCache
-from edgekit.progress import SilentProgress
+from edgekit.records import Checkpoint
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,13 +35,13 @@ def contract_cache(tmp_path_factory: pytest.TempPathFactory) -> StageCache:
 @pytest.fixture(scope="session")
 def checkpoint(contract_cache: StageCache, tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
     from _contract import recipe_text
+    from stage_runs import fetched
 
     from edgekit.recipe import parse_recipe
-    from edgekit.stages import fetch
 
     path = tmp_path_factory.mktemp("recipe") / "recipe.toml"
     path.write_text(recipe_text("gguf", "Q8_0"))
-    return fetch.run(parse_recipe(path.read_bytes(), path), contract_cache, SilentProgress())
+    return fetched(parse_recipe(path.read_bytes(), path), contract_cache)
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +49,7 @@ def reference(checkpoint: Checkpoint) -> tuple[list[int], np.ndarray]:
     """The reference's token ids and float32 logits of REFERENCE_TEXT (torch, CPU, FP32)."""
     from _contract import REFERENCE_TEXT
 
-    from edgekit.reference import ReferenceDevice, TorchRunner
+    from edgekit.torch_runner import ReferenceDevice, TorchRunner
 
     runner = TorchRunner(checkpoint.path, ReferenceDevice("cpu", "float32", "cpu"), threads=2)
     try:

@@ -21,21 +21,23 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 from _contract import BUNDLE_NAME, REFERENCE_TEXT, recipe_text
+from stage_runs import quantized
 
-from edgekit.backends import get_backend
-from edgekit.backends.base import Artifact, BuildEnv, Checkpoint
 from edgekit.cache import StageCache
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe, parse_recipe
+from edgekit.records import Artifact
+from edgekit.registry import build_backend
 
 ENGINE_SCRIPT = r"""
-import json, sys
+import json, re, sys
 from pathlib import Path
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.loader import open_bundle
 
+BUILD = re.compile(r"edgekit[.](stages|plan|pipeline|backends[.][a-z_]+[.](build|child))([.]|$)")
 bundle, name = Path(sys.argv[1]), sys.argv[2]
 loaded = open_bundle(bundle, artifact=name, overrides={"n_threads": 2, "n_threads_batch": 2}, warm_up=False)
 engine = loaded.engine
@@ -53,7 +55,7 @@ print(json.dumps({
     "eos": sorted(engine.eos_ids),
     "template": bool(engine.chat_template),
     "chat_ids": chat,
-    "heavy": sorted(m for m in ("torch", "transformers", "edgekit.backends", "edgekit.stages") if m in sys.modules),
+    "heavy": sorted(m for m in sys.modules if m in ("torch", "transformers") or BUILD.match(m)),
 }))
 engine.close()
 """
@@ -77,20 +79,11 @@ def recipe(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="class")
-def artifact(recipe: Recipe, checkpoint: Checkpoint, contract_cache: StageCache) -> Artifact:
-    from edgekit.hashing import sha256_json
-    from edgekit.stages import convert, quantize
-
+def artifact(recipe: Recipe, contract_cache: StageCache) -> Artifact:
     (target,) = recipe.targets
-    backend = get_backend(target.backend)
-    if not backend.available():
-        pytest.skip(f"the {target.backend} backend is not installed")
-    wants_text = getattr(backend, "needs_calibration", lambda *_: False)
-    assert not wants_text(target.scheme, target.options), "keep contract targets data-free (fast)"
-    env = BuildEnv(cache_root=contract_cache.root, threads=2)
-    meta = convert.provenance(checkpoint, sha256_json(recipe.spec.model.model_dump(mode="json")))
-    converted = convert.run(target.backend, checkpoint, env, contract_cache, SilentProgress(), meta)
-    return quantize.run(target, converted, env, contract_cache, SilentProgress())
+    backend = build_backend(target.backend)
+    assert not backend.needs_calibration(target.scheme, target.options), "keep contract targets data-free (fast)"
+    return quantized(recipe, contract_cache)
 
 
 @pytest.fixture(scope="class")
@@ -131,7 +124,7 @@ class BackendContract:
         self, artifact: Artifact, reference: tuple[list[int], np.ndarray], n_ctx: int
     ) -> None:
         ids, expected = reference
-        runner = get_backend(self.backend).open_runner(artifact.path, n_ctx=n_ctx, threads=2)
+        runner = build_backend(self.backend).open_runner(artifact.path, n_ctx=n_ctx, threads=2)
         try:
             assert runner.tokenize(REFERENCE_TEXT) == ids
             logits = runner.logits(ids)

@@ -70,7 +70,7 @@ def llama_cpp_dir(e2e_cache_root: Path) -> Path:
     """llama.cpp's converter, fetched once into the shared cache; tests with fresh caches point at it."""
     from edgekit.toolchain import get_converter
 
-    return get_converter(e2e_cache_root).root
+    return get_converter().root
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ def save_tiny_llama(folder: Path, gguf_for_tokenizer: Path, seed: int = 0) -> Pa
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from edgekit.stages.gguf_source import hf_tokenizer_from_gguf
+    from edgekit.sources.gguf import hf_tokenizer_from_gguf
 
     torch.manual_seed(seed)
     config = LlamaConfig(

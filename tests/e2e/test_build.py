@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from edgekit.backends.gguf.info import metadata
 from edgekit.cache import StageCache
-from edgekit.gguf_info import metadata
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress

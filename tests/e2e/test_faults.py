@@ -2,8 +2,8 @@
 
 The model is a 2-layer random Llama with SmolLM2's tokenizer, made in the test (tests/e2e/tiny_project.py),
 so a whole build takes well under a minute. Each scenario has its own fresh stage cache; builds are real
-`python -m edgekit build` processes. `EDGEKIT_TEST_PAUSE_AT=<stage>:<flag>` makes a build stop at
-the worst moment of a stage — its output complete in a temp folder, not yet renamed into the cache
+`python -m edgekit build` processes. `paused_edgekit.py STAGE FLAG build …` (the CLI with one seam patched)
+makes a build stop at the worst moment of a stage — its output complete in a temp folder, not yet renamed into the cache
 (or, for "bundle", the new bundle complete beside dist/<name>/, not yet swapped in) — and the test
 kills it there with SIGKILL. One kill point is not a pause: the build is killed while llama.cpp's
 converter runs as its child process.
@@ -34,13 +34,17 @@ STAGES = ("fetch", "convert", "quantize", "reference", "validate")
 KILL_POINTS = ("fetch", "converter running", "convert", "quantize", "reference", "validate", "bundle")
 
 
+PAUSED = Path(__file__).resolve().parent / "paused_edgekit.py"
+
+
 def start_build(
-    project: Path, cache: Path, llama_cpp_dir: Path, *args: str, pause: str | None = None, **popen: object
+    project: Path, cache: Path, llama_cpp_dir: Path, *args: str, pause: tuple[str, Path] | None = None, **popen: object
 ) -> subprocess.Popen[str]:
+    edgekit = [sys.executable, str(PAUSED), pause[0], str(pause[1])] if pause else [sys.executable, "-m", "edgekit"]
     return subprocess.Popen(
-        [sys.executable, "-m", "edgekit", "build", "recipe.toml", *args],
+        [*edgekit, "build", "recipe.toml", *args],
         cwd=project,
-        env=build_env(cache, llama_cpp_dir, pause),
+        env=build_env(cache, llama_cpp_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -95,7 +99,7 @@ def kill_at(point: str, project: Path, cache: Path, llama_cpp_dir: Path, *args: 
     else:
         flag = project.parent / f"paused-{point}"
         flag.unlink(missing_ok=True)
-        proc = start_build(project, cache, llama_cpp_dir, *args, pause=f"{point}:{flag}")
+        proc = start_build(project, cache, llama_cpp_dir, *args, pause=(point, flag))
         wait_until(flag.exists, proc, f"the pause at {point}")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)

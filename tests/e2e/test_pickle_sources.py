@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
+from stage_runs import fetched
 
 from edgekit.cache import StageCache
-from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
-from edgekit.stages import fetch
 
 RECIPE = """
 [model]
@@ -105,7 +104,7 @@ def test_an_allowed_pickle_is_converted_to_safetensors_once(
     project.mkdir()
     recipe_path = project / "r.toml"
     recipe_path.write_text(RECIPE.format(source=pickle_checkpoints["plain"], allow="true"))
-    checkpoint = fetch.run(load_recipe(recipe_path), StageCache(tmp_path / "cache"), SilentProgress())
+    checkpoint = fetched(load_recipe(recipe_path), StageCache(tmp_path / "cache"))
     names = {p.name for p in checkpoint.path.iterdir()}
     assert "model.safetensors" in names and not {n for n in names if n.endswith((".bin", ".pt", ".pth"))}
     assert any("converted to safetensors" in note for note in checkpoint.notes)

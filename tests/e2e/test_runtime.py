@@ -25,7 +25,7 @@ import pytest
 from edgekit import __version__
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult
-from edgekit.runtime.benchmark import schema_problems
+from edgekit.runtime.bench.schema import schema_problems
 from edgekit.runtime.config import LOCAL_FILE, load_runtime_config
 
 REPO = Path(__file__).resolve().parents[2]

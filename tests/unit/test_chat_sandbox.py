@@ -1,4 +1,4 @@
-"""A chat template comes with the model, so it is untrusted code: `edgekit.runtime.chat.render` must keep it
+"""A chat template comes with the model, so it is untrusted code: `edgekit.runtime.text.chat.render` must keep it
 from Python internals, from the file system and from the messages it is given, and must answer any template
 it cannot render with a `ChatTemplateError` (a 400 in serve, exit 2 in run), never another exception."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.runtime.chat import ChatTemplateError, render
+from edgekit.runtime.text.chat import ChatTemplateError, render
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 SECRET_WORDS = ("class", "function", "module", "builtin", "subclasses", "globals", "root:", "CANARY")
@@ -75,7 +75,7 @@ def test_a_template_that_cannot_render_is_a_chat_template_error(name: str) -> No
 
 HOG = """
 import time
-from edgekit.runtime.chat import ChatTemplateError, render
+from edgekit.runtime.text.chat import ChatTemplateError, render
 start = time.time()
 try:
     render({template!r}, [{{"role": "user", "content": "hi"}}])

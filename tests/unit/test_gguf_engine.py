@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from _tiny_gguf import write_tiny_gguf
 
+from edgekit.backends.gguf.engine import GGUFEngine
 from edgekit.errors import UsageError
 from edgekit.runtime.engines.base import Sampling
-from edgekit.runtime.engines.gguf import GGUFEngine
-from edgekit.runtime.sampling import sample
+from edgekit.runtime.engines.sampling import sample
 
 
 @pytest.fixture(scope="module")

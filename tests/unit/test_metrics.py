@@ -3,12 +3,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgekit.gates import judge
 from edgekit.metrics import (
     BlockBootstrap,
     Estimate,
     compare,
     item_bootstrap,
-    judge,
     log_softmax,
     reference_slice,
     token_metrics,

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from build_side import build_side
 
-from edgekit.backends import get_backend
 from edgekit.errors import MissingDependencyError, RecipeError
 from edgekit.recipe import parse_recipe
+from edgekit.registry import build_backend
 
 HEAD = """
 [model]
@@ -33,7 +34,7 @@ def problems(text: str) -> list[tuple[str, str]]:
 def test_openvino_int4_options_parse_and_ask_for_calibration_only_when_data_aware() -> None:
     recipe = parse_recipe(target("openvino", "INT4", "group_size = 32\nratio = 0.8").encode(), Path("r.toml"))
     options = recipe.targets[0].options
-    backend = get_backend("openvino")
+    backend = build_backend("openvino")
     assert (options.group_size, options.ratio, options.sym) == (32, 0.8, False)
     assert backend.needs_calibration("INT4", options)  # ratio < 1: sensitivity from activations
     plain = backend.options_model()
@@ -68,7 +69,7 @@ def test_bad_option_values_name_the_key_and_the_rule() -> None:
 
 
 def test_each_scheme_has_default_gates_next_to_its_backend() -> None:
-    ov, ort = get_backend("openvino"), get_backend("onnxruntime")
+    ov, ort = build_backend("openvino"), build_backend("onnxruntime")
     int8, int4 = ov.default_gates("INT8"), ov.default_gates("INT4")
     assert int8.kld_mean_max is not None and int4.kld_mean_max is not None
     assert int8.kld_mean_max < int4.kld_mean_max and int8.top1_min > int4.top1_min
@@ -79,7 +80,7 @@ def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
     with pytest.raises(MissingDependencyError) as info:
-        get_backend("openvino").require()
+        build_backend("openvino").require()
     assert "nncf" in info.value.message and info.value.hint == "pip install 'edgekit[openvino]'"
 
 
@@ -89,7 +90,7 @@ def test_a_missing_runtime_package_is_one_message_naming_the_extra(monkeypatch: 
     from edgekit.runtime.engines import load_engine
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime → ImportError
-    monkeypatch.delitem(sys.modules, "edgekit.runtime.engines.onnxruntime", raising=False)
+    monkeypatch.delitem(sys.modules, "edgekit.backends.onnxruntime.engine", raising=False)
     with pytest.raises(MissingDependencyError) as info:
         load_engine("onnxruntime", Path("nowhere"), None, None)
     assert info.value.hint == "pip install 'edgekit[runtime-onnx]'"
@@ -129,7 +130,7 @@ def _nncf_like_ir() -> object:
 
 def test_openvino_histogram_reads_precisions_groups_and_tied_embeddings() -> None:
     pytest.importorskip("openvino")
-    from edgekit.backends._openvino_ir import read_weights, summarise
+    from edgekit.backends.openvino.ir import read_weights, summarise
 
     weights = read_weights(_nncf_like_ir())
     by_label = {w.label: w for w in weights}
@@ -148,7 +149,7 @@ def test_onnx_histogram_reads_quantized_and_float_weights() -> None:
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgekit.backends._onnx_graph import graph_summary
+    from edgekit.backends.onnxruntime.graph import graph_summary
 
     inits = [
         numpy_helper.from_array(np.ones((64, 128), np.int8), "w1_quantized"),
@@ -190,12 +191,11 @@ def test_the_openvino_and_onnxruntime_engines_import_nothing_from_the_build_side
 
     code = (
         "import json, sys\n"
-        "import edgekit.runtime.engines.openvino, edgekit.runtime.engines.onnxruntime\n"
+        "import edgekit.backends.openvino.engine, edgekit.backends.onnxruntime.engine\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    forbidden = ("torch", "transformers", "optimum", "nncf", "edgekit.backends", "edgekit.stages")
-    bad = [m for m in loaded if m in forbidden or m.startswith(tuple(f + "." for f in forbidden))]
+    bad = build_side(loaded)
     assert not bad, bad[:10]

@@ -7,13 +7,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from stage_runs import fetched
 
-from edgekit.backends.base import Checkpoint
 from edgekit.cache import StageCache
 from edgekit.errors import SourceError
-from edgekit.progress import SilentProgress
 from edgekit.recipe import parse_recipe
-from edgekit.stages import fetch
+from edgekit.records import Checkpoint
 
 COMMIT = "c0ffee" + "0" * 34
 FILES = {
@@ -49,13 +48,16 @@ source = "hf://edgekit-test/tofu"
 revision = "main"
 
 [[targets]]
-backend = "gguf"
-scheme = "F16"
+backend = "openvino"
+scheme = "INT8"
+
+[validation]
+enabled = false
 """
 
 
 def _fetch(tmp_path: Path, cache: StageCache) -> Checkpoint:
-    return fetch.run(parse_recipe(RECIPE, tmp_path / "r.toml"), cache, SilentProgress())
+    return fetched(parse_recipe(RECIPE, tmp_path / "r.toml"), cache)
 
 
 def test_a_blob_changed_after_the_first_fetch_is_refused(hub: Path, tmp_path: Path) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgekit.stages import report_plots
-from edgekit.stages.report import kld_distribution, nominal_bits, order_findings
-from edgekit.stages.report_plots import bench_series
-from edgekit.stages.report_render import render, write_human_reports
-from edgekit.stages.validate import judge_artifact
+from edgekit.gates import judge_artifact
+from edgekit.report import plots as report_plots
+from edgekit.report.model import kld_distribution, nominal_bits, order_findings
+from edgekit.report.plots import bench_series
+from edgekit.report.render import render, write_human_reports
 
 
 def est(value: float, low: float | None, high: float | None, n: int = 4000, unit: str = "tokens") -> dict[str, Any]:
@@ -229,7 +229,7 @@ def test_kld_distribution_accounts_for_every_token(tmp_path: Path) -> None:
 
 
 def test_no_gates_is_not_a_pass() -> None:
-    from edgekit.backends.base import Gates
+    from edgekit.gates import Gates
 
     judged = judge_artifact({"metrics": {}, "tasks": {}}, Gates())
     assert judged["verdict"] == "inconclusive" and "no accuracy gates" in judged["reasons"][0]
@@ -238,7 +238,7 @@ def test_no_gates_is_not_a_pass() -> None:
 def test_reference_uses_fp16_on_cuda_and_fp32_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA path cannot run here; check the choice it makes with a torch that reports a GPU."""
     from edgekit.errors import UsageError
-    from edgekit.reference import resolve_device
+    from edgekit.torch_runner import resolve_device
 
     def fake_torch(has_cuda: bool) -> types.ModuleType:
         torch = types.ModuleType("torch")

@@ -8,9 +8,9 @@ import pytest
 
 from edgekit.errors import RuntimeConfigError
 from edgekit.manifest import verify_bundle
+from edgekit.runtime.bench.derive import derive_runtime
+from edgekit.runtime.bench.tune import write_local
 from edgekit.runtime.config import LOCAL_FILE, load_runtime_config, render_runtime_toml
-from edgekit.runtime.derive import derive_runtime
-from edgekit.runtime.tune import write_local
 
 BASE = {"artifact": "gguf-Q4_K_M", "n_threads": 4, "n_threads_batch": 8, "n_ctx": 2048, "numa": "auto"}
 

@@ -15,7 +15,7 @@ with warnings.catch_warnings():  # starlette's note that it prefers httpx2 over 
     from starlette.testclient import TestClient
 
 from edgekit.runtime.loader import inspect_bundle
-from edgekit.runtime.server import ServeState, create_app
+from edgekit.runtime.serve.app import ServeState, create_app
 
 
 @pytest.fixture(scope="module")

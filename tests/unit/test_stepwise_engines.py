@@ -12,9 +12,9 @@ import pytest
 
 from edgekit.errors import UsageError
 from edgekit.runtime.config import RuntimeConfig, render_runtime_toml
-from edgekit.runtime.engines._hf_files import HFFiles, token_bytes_table
-from edgekit.runtime.engines._stepwise import StepwiseEngine
 from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.engines.hf_files import HFFiles, token_bytes_table
+from edgekit.runtime.engines.stepwise import StepwiseEngine
 
 VOCAB = 11
 
@@ -156,8 +156,8 @@ def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
     pytest.importorskip("onnxruntime")
     import onnxruntime as ort
 
-    from edgekit.runtime.engines.onnxruntime import session_options
-    from edgekit.runtime.engines.openvino import compile_properties
+    from edgekit.backends.onnxruntime.engine import session_options
+    from edgekit.backends.openvino.engine import compile_properties
 
     assert compile_properties(3) == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": 3}
     props = compile_properties(2, num_streams=1, cpu_pinning=False, scheduling_core_type="PCORE_ONLY",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from edgekit.errors import UsageError
-from edgekit.runtime.chat import ChatTemplateError, normalise_messages, render
-from edgekit.runtime.textstream import TextStream
+from edgekit.runtime.text.chat import ChatTemplateError, normalise_messages, render
+from edgekit.runtime.text.stream import TextStream
 
 
 def test_utf8_split_across_tokens_is_held_until_complete() -> None:

@@ -59,6 +59,21 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+class VocabularyMixin:
+    """The accessors of the Engine protocol every engine answers the same way, from what it read at load."""
+
+    _eos: frozenset[int]
+    _template: str | None
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._template
+
+
 def checked_prompt(
     seq: int, prompt_ids: Sequence[int], max_sequences: int, active: Container[int], n_ctx: int
 ) -> list[int]:

@@ -1,0 +1,56 @@
+"""Run a backend's heavy step (conversion, export, compression) in a child process, logged to a file.
+
+A child keeps torch tracer warnings, NNCF and ONNX Runtime progress bars, llama.cpp's C-level stderr
+and C++ logs out of the user's terminal and in a log we can show the tail of; it returns its memory
+when it exits, and it dies with the build (`die_with_parent`) instead of writing into a temp folder
+nobody will use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import StageError
+from edgekit.procutil import die_with_parent
+
+QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+             "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
+def run_logged(cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> str:
+    """Run `cmd` with its output in `log_path`; return the log, or raise StageError with its tail.
+
+    `env` adds to (or, with an empty value, removes from) this process's environment.
+    """
+    full_env = {**os.environ, **QUIET_ENV, **(env or {})}
+    full_env = {k: v for k, v in full_env.items() if v != ""}
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, preexec_fn=die_with_parent())
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(text.strip().splitlines()[-15:])
+        raise StageError(what, f"failed with exit code {proc.returncode}:\n{tail}", f"full log: {log_path}")
+    return text
+
+
+def run_child(module: str, spec: dict[str, Any], log_path: Path, what: str, threads: int | None = None) -> str:
+    """`python -m module SPEC.json`, the spec written beside the log; raises StageError with the log's tail."""
+    spec_path = log_path.with_suffix(".spec.json")
+    spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
+    try:
+        env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+        return run_logged([sys.executable, "-m", module, str(spec_path)], log_path, what, env)
+    finally:
+        spec_path.unlink(missing_ok=True)
+
+
+def read_spec(argv: list[str]) -> dict[str, Any]:
+    """In the child: the spec its parent wrote."""
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m MODULE SPEC.json (run by edgekit, not by hand)")
+    return json.loads(Path(argv[0]).read_text(encoding="utf-8"))

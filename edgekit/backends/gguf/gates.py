@@ -1,0 +1,17 @@
+"""Default accuracy gates of the GGUF schemes, next to the backend that produces them.
+
+From llama.cpp's published KL-divergence figures for Llama-3-8B on wikitext-2 (mean KLD: Q8_0 ≈ 0.0014,
+Q5_K_M ≈ 0.011, Q4_K_M ≈ 0.031), with about 4x headroom for small models, which have fewer redundant
+weights and lose more to the same scheme. Recipes override them with [validation.gates].
+"""
+
+from __future__ import annotations
+
+from edgekit.gates import Gates
+
+DEFAULT_GATES: dict[str, Gates] = {
+    "F16": Gates(kld_mean_max=0.002, ppl_ratio_max=1.005, top1_min=0.98, task_drop_max=0.03),
+    "Q8_0": Gates(kld_mean_max=0.006, ppl_ratio_max=1.02, top1_min=0.93, task_drop_max=0.05),
+    "Q5_K_M": Gates(kld_mean_max=0.045, ppl_ratio_max=1.06, top1_min=0.85, task_drop_max=0.08),
+    "Q4_K_M": Gates(kld_mean_max=0.12, ppl_ratio_max=1.15, top1_min=0.80, task_drop_max=0.10),
+}

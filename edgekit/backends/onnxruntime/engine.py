@@ -1,0 +1,229 @@
+"""The ONNX Runtime engine: an `InferenceSession` over the exported decoder with past key values.
+
+The model (optimum's text-generation-with-past export) takes `past_key_values.N.key/value` and
+returns `present.N.key/value`; each sequence keeps its own past arrays in numpy and feeds them back
+at the next step. Tokenization uses `tokenizer.json` with the `tokenizers` library (no transformers).
+
+Dynamic INT8 quantizes activations with one scale per tensor, computed at run time over every token
+of the call. Many LLMs put a huge activation on the first position (an "attention sink": SmolLM2's
+layer 11 MLP input peaks at 2,000× the median token's), which would set the scale for a whole
+prompt chunk and wipe out the other tokens' precision. So the first token of a sequence is always
+prefilled on its own (`first_chunk = 1`), for `logits()` (validation) and `start()` (serving) alike;
+on a float model this changes nothing but one extra tiny call.
+
+Session options (from runtime.toml): intra_op_num_threads = n_threads, inter_op_num_threads,
+execution_mode (sequential | parallel), enable_cpu_mem_arena (memory_arena) and
+`session.use_env_allocators` (env_allocators: one arena shared by every session in the process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from edgekit.errors import EngineError, UsageError
+from edgekit.runtime.engines.hf_files import HFFiles, token_bytes_table
+from edgekit.runtime.engines.stepwise import StepwiseEngine
+
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+_env_allocator_registered = False
+
+
+def session_options(
+    n_threads: int,
+    inter_op_threads: int | None = None,
+    execution_mode: str | None = None,
+    memory_arena: bool | None = None,
+    env_allocators: bool | None = None,
+) -> Any:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(n_threads)
+    options.inter_op_num_threads = int(inter_op_threads or 1)
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    if memory_arena is not None:
+        options.enable_cpu_mem_arena = bool(memory_arena)
+    if env_allocators:
+        _register_env_allocator()
+        options.add_session_config_entry("session.use_env_allocators", "1")
+    options.log_severity_level = 3  # errors only: ORT warns about every unused initializer otherwise
+    return options
+
+
+def _register_env_allocator() -> None:
+    """One shared CPU arena for every session of this process (what `session.use_env_allocators` uses)."""
+    global _env_allocator_registered
+    if _env_allocator_registered:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+    _env_allocator_registered = True
+
+
+class _Past:
+    """One sequence's KV cache: the past arrays the session returned last."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] | None = None
+
+
+class ONNXRuntimeEngine(StepwiseEngine):
+    backend = "onnxruntime"
+    first_chunk = 1
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        n_threads: int,
+        n_ctx: int = 2048,
+        n_batch: int = 256,
+        max_sequences: int = 1,
+        inter_op_threads: int | None = None,
+        execution_mode: str | None = None,
+        memory_arena: bool | None = None,
+        env_allocators: bool | None = None,
+    ) -> None:
+        self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE), "ONNX")
+        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._options = {
+            "inter_op_threads": inter_op_threads,
+            "execution_mode": execution_mode,
+            "memory_arena": memory_arena,
+            "env_allocators": env_allocators,
+        }
+        started = time.perf_counter()
+        self._open_session(n_threads)
+        loaded = time.perf_counter()
+        inputs = {i.name: i for i in self._session.get_inputs()}
+        self._past_names = sorted((n for n in inputs if n.startswith("past_key_values.")), key=_layer_order)
+        if "input_ids" not in inputs or "attention_mask" not in inputs or not self._past_names:
+            raise EngineError(
+                f"{self.path / MODEL_FILE} is not a decoder with past key values (inputs: {', '.join(inputs)})",
+                "export with task text-generation-with-past (what edgekit's onnxruntime backend does)",
+            )
+        self._has_position_ids = "position_ids" in inputs
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._outputs = ["logits"] + [n.replace("past_key_values.", "present.", 1) for n in self._past_names]
+        if any(n not in outputs for n in self._outputs):
+            raise EngineError(f"{self.path / MODEL_FILE} lacks present.* outputs matching its past inputs")
+        first = inputs[self._past_names[0]]
+        shape = first.shape  # [batch, kv_heads, past_length, head_dim]
+        if len(shape) != 4 or not all(isinstance(d, int) for d in (shape[1], shape[3])):
+            raise EngineError(f"{self.path / MODEL_FILE}: unexpected past key/value shape {shape}")
+        self._empty_past = np.zeros((1, shape[1], 0, shape[3]), dtype=_NUMPY_TYPES.get(first.type, np.float32))
+        logits_shape = self._session.get_outputs()[outputs.index("logits")].shape
+        files = HFFiles(self.path)
+        vocab = logits_shape[-1] if isinstance(logits_shape[-1], int) else files.config.get("vocab_size")
+        if not isinstance(vocab, int):
+            raise EngineError(f"{self.path}: cannot tell the vocabulary size (no static logits dim, no config.json)")
+        self.n_vocab = vocab
+        self._tokenizer = Tokenizer.from_file(str(self.path / TOKENIZER_FILE))
+        self._bytes = token_bytes_table(self.path / TOKENIZER_FILE, max(self.n_vocab, self._tokenizer.get_vocab_size()))
+        self._read_vocabulary(files)
+        self.load_timings = {"model_ms": (loaded - started) * 1000, "context_ms": (time.perf_counter() - loaded) * 1000}
+
+    def _open_session(self, n_threads: int) -> None:
+        self.n_threads = self.n_threads_batch = int(n_threads)
+        options = session_options(n_threads, **self._options)
+        try:
+            self._session = ort.InferenceSession(
+                str(self.path / MODEL_FILE), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+            raise EngineError(
+                f"ONNX Runtime could not load {self.path / MODEL_FILE}: {exc}", "run `edgekit verify` on the bundle"
+            ) from None
+        self.properties = {
+            "intra_op_num_threads": str(options.intra_op_num_threads),
+            "inter_op_num_threads": str(options.inter_op_num_threads),
+            "execution_mode": str(options.execution_mode).rsplit(".", 1)[-1],
+            "enable_cpu_mem_arena": str(options.enable_cpu_mem_arena),
+            "use_env_allocators": str(bool(self._options["env_allocators"])),
+        }
+
+    # --- slots: the past key/value arrays of each sequence ----------------------------------------
+
+    def _new_slot(self) -> _Past:
+        return _Past()
+
+    def _reset(self, slot: _Past) -> None:
+        slot.arrays = None
+
+    def _run(self, slot: _Past, ids: Sequence[int], pos: int) -> np.ndarray:
+        n = len(ids)
+        feed: dict[str, np.ndarray] = {
+            "input_ids": np.asarray(ids, dtype=np.int64)[None],
+            "attention_mask": np.ones((1, pos + n), dtype=np.int64),
+        }
+        if self._has_position_ids:
+            feed["position_ids"] = np.arange(pos, pos + n, dtype=np.int64)[None]
+        past = slot.arrays
+        for name in self._past_names:
+            feed[name] = past[name] if past is not None else self._empty_past
+        try:
+            results = self._session.run(self._outputs, feed)
+        except Exception as exc:
+            raise EngineError(f"ONNX Runtime failed to run the model: {exc}", "set EDGEKIT_DEBUG=1") from None
+        slot.arrays = dict(zip(self._past_names, results[1:], strict=True))
+        return results[0][0]
+
+    # --- tokens -----------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """Token ids of `text`; with special=False, special-token text in it stays plain text."""
+        if not text:
+            return []
+        self._tokenizer.encode_special_tokens = not special
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def detokenize(self, ids: Sequence[int]) -> bytes:
+        table = self._bytes
+        return b"".join(table[i] if 0 <= i < len(table) else b"" for i in (int(t) for t in ids))
+
+    # --- extras used by bench and tune ------------------------------------------------------------
+
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        """A new session with another intra-op thread count; needs an idle engine."""
+        del n_threads_batch
+        if self._seqs:
+            raise UsageError("set_threads() needs an idle engine", "finish every active sequence first")
+        self._drop_slots()
+        self._open_session(n_threads)
+
+    def close(self) -> None:
+        self._seqs.clear()
+        self._drop_slots()
+        with contextlib.suppress(AttributeError):
+            del self._session
+
+
+def _layer_order(name: str) -> tuple[int, str]:
+    parts = name.split(".")
+    return (int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0, name)
+
+
+def open_engine(artifact: Path, bundle: Path | None, config: Any) -> ONNXRuntimeEngine:
+    """An ONNX Runtime engine configured by a RuntimeConfig."""
+    del bundle  # the artifact folder carries tokenizer.json and the chat template
+    return ONNXRuntimeEngine(
+        artifact,
+        n_threads=config.n_threads,
+        n_ctx=config.n_ctx,
+        n_batch=config.n_batch,
+        max_sequences=config.max_concurrent,
+        inter_op_threads=getattr(config, "inter_op_threads", None),
+        execution_mode=getattr(config, "execution_mode", None),
+        memory_arena=getattr(config, "memory_arena", None),
+        env_allocators=getattr(config, "env_allocators", None),
+    )

@@ -1,0 +1,196 @@
+"""OpenVINO IR backend: optimum-intel export, NNCF weight compression, openvino-tokenizers.
+
+convert:  HF checkpoint → one stateful FP16 IR (optimum-intel `OVModelForCausalLM`, export=True,
+          task text-generation-with-past) plus openvino_tokenizer.xml / openvino_detokenizer.xml.
+          Exporting is the slow part (torch tracing, ~30 s for 135M parameters); every scheme and
+          option set compresses this one cached export, so adding INT4 next to INT8, or trying
+          another group size, costs a compression and not another trace.
+quantize: FP16 IR → NNCF `compress_weights`: INT8 (INT8_ASYM per output channel, OpenVINO's default
+          for LLM weights) or INT4 (group-wise, `ratio` of the weights in INT4 and the rest INT8,
+          optional data-aware AWQ / scale estimation calibrated on the recipe's text). The stored
+          precision of every weight is read back from the IR (`_openvino_ir`).
+
+The artifact is a folder: the IR, the tokenizer IRs and the Hugging Face side files the engine reads
+(config, generation config, tokenizer config, chat template). It runs with `edgekit.backends.openvino.engine`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner
+from edgekit.backends.calibration import add_calibration, remove_calibration
+from edgekit.backends.child import run_child
+from edgekit.backends.openvino.gates import DEFAULT_GATES
+from edgekit.errors import RecipeProblem
+from edgekit.fsutil import ensure_free_space
+from edgekit.gates import Gates
+from edgekit.progress import Progress
+from edgekit.records import Checkpoint
+from edgekit.versions import dist_version
+
+MODEL_XML = "openvino_model.xml"
+ARTIFACT_DIR = "model"
+SIDE_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+              "chat_template.jinja")  # fmt: skip
+TOKENIZER_IRS = ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
+                 "openvino_detokenizer.bin")  # fmt: skip
+INT4_ONLY = ("group_size", "ratio", "awq", "scale_estimation", "calibration_samples", "calibration_tokens")
+SUMMARY_KEYS = ("tensor_types", "bits_per_weight", "params", "bytes_per_token", "tied_embeddings", "tensor_count")
+
+
+class OpenVINOOptions(BaseModel):
+    """[targets.options] of an openvino target."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sym: bool = Field(False, description="symmetric (no zero point): INT8_SYM / INT4_SYM instead of *_ASYM")
+    group_size: int = Field(128, description="INT4: weights per scale; -1 = one scale per output channel")
+    ratio: float = Field(1.0, gt=0.0, le=1.0, description="INT4: share of weights in INT4, the rest in INT8")
+    awq: bool = Field(False, description="INT4: activation-aware weight scaling (data-aware)")
+    scale_estimation: bool = Field(False, description="INT4: fit the scales on calibration data (data-aware)")
+    calibration_samples: int = Field(64, ge=1, le=1024, description="INT4 data-aware: token windows")
+    calibration_tokens: int = Field(128, ge=16, le=4096, description="INT4 data-aware: tokens per window")
+
+    @field_validator("group_size")
+    @classmethod
+    def _group(cls, value: int) -> int:
+        if value != -1 and not (16 <= value <= 4096 and value & (value - 1) == 0):
+            raise ValueError("must be -1 (per output channel) or a power of two from 16 to 4096")
+        return value
+
+
+def data_aware(options: OpenVINOOptions) -> bool:
+    """INT4 compression that reads activations: AWQ, scale estimation, or choosing which weights stay INT8."""
+    return options.awq or options.scale_estimation or options.ratio < 1.0
+
+
+class OpenVINOBuild(BuildBackend):
+    name = "openvino"
+    schemes = ("INT8", "INT4")
+    extra = "openvino"
+    required_modules = ("openvino", "openvino_tokenizers", "nncf", "optimum.intel", "torch", "transformers")
+    options_model = OpenVINOOptions
+    default_scheme_gates: ClassVar[dict[str, Gates]] = DEFAULT_GATES
+
+    def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
+        assert isinstance(options, OpenVINOOptions)
+        given = options.model_fields_set
+        problems = []
+        if scheme == "INT8":
+            for key in INT4_ONLY:
+                if key in given:
+                    problems.append(
+                        RecipeProblem(
+                            f"options.{key}",
+                            "only applies to scheme 'INT4' (INT8 has one scale per output channel and no "
+                            "calibration); remove it or use scheme = 'INT4'",
+                        )
+                    )
+        elif not data_aware(options):
+            for key in ("calibration_samples", "calibration_tokens"):
+                if key in given:
+                    problems.append(
+                        RecipeProblem(
+                            f"options.{key}",
+                            "is set but nothing uses calibration data; enable awq or scale_estimation, "
+                            "set ratio below 1, or remove it",
+                        )
+                    )
+        return problems
+
+    def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
+        return scheme == "INT4" and isinstance(options, OpenVINOOptions) and data_aware(options)
+
+    def versions(self, env: BuildEnv) -> dict[str, str | None]:
+        return {
+            "openvino": dist_version("openvino"),
+            "openvino-tokenizers": dist_version("openvino-tokenizers"),
+            "nncf": dist_version("nncf"),
+            "optimum-intel": dist_version("optimum-intel"),
+            "optimum": dist_version("optimum"),
+            "transformers": dist_version("transformers"),
+            "torch": dist_version("torch"),
+        }
+
+    # --- build -----------------------------------------------------------------------------------
+
+    def convert(
+        self, checkpoint: Checkpoint, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
+    ) -> None:
+        weights = sum(p.stat().st_size for p in checkpoint.path.glob("*.safetensors"))
+        ensure_free_space(out_dir, 2 * weights + 2**26)  # FP16 IR (≤ FP16 checkpoint) + tokenizer + slack
+        spec = {"task": "export", "checkpoint": str(checkpoint.path), "out": str(out_dir), "provenance": provenance}
+        with progress.task("convert  HF → OpenVINO IR FP16 (optimum-intel) + tokenizer (openvino-tokenizers)"):
+            run_child("edgekit.backends.openvino.child", spec, out_dir / "convert.log", "convert openvino", env.threads)
+        for name in SIDE_FILES:
+            if (checkpoint.path / name).is_file() and not (out_dir / name).exists():
+                shutil.copyfile(checkpoint.path / name, out_dir / name)
+
+    def quantize(
+        self,
+        converted: Path,
+        scheme: str,
+        options: Any,
+        out_dir: Path,
+        env: BuildEnv,
+        progress: Progress,
+        calibration_text: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        from edgekit.backends.openvino.ir import ir_summary
+
+        assert isinstance(options, OpenVINOOptions)
+        artifact = out_dir / ARTIFACT_DIR
+        artifact.mkdir()
+        ensure_free_space(out_dir, (converted / "openvino_model.bin").stat().st_size // 2 + 2**26)
+        mode = f"{scheme}_{'SYM' if options.sym else 'ASYM'}"
+        spec: dict[str, Any] = {"task": "compress", "converted": str(converted), "out": str(artifact), "mode": mode,
+                                **options.model_dump()}  # fmt: skip
+        calibration = None
+        if scheme == "INT4" and data_aware(options):
+            calibration = add_calibration(spec, out_dir, calibration_text, options.calibration_samples,
+                                          options.calibration_tokens, "data-aware INT4 compression")  # fmt: skip
+        label = f"{mode}" + (f" g{options.group_size} ratio {options.ratio:g}" if scheme == "INT4" else "")
+        extras = [n for n, on in (("AWQ", options.awq), ("scale estimation", options.scale_estimation)) if on]
+        with progress.task(f"quantize  OpenVINO {label}{' + ' + ', '.join(extras) if extras else ''} (NNCF)"):
+            try:
+                log = run_child("edgekit.backends.openvino.child", spec, out_dir / "quantize.log",
+                                f"quantize openvino {scheme}", env.threads)  # fmt: skip
+            finally:
+                remove_calibration(out_dir)
+        for name in (*TOKENIZER_IRS, *SIDE_FILES):
+            if (converted / name).is_file():
+                shutil.copyfile(converted / name, artifact / name)
+        summary = ir_summary(artifact / MODEL_XML)
+        details: dict[str, Any] = {
+            "format": "openvino-ir",
+            "compression": {
+                "mode": mode,
+                **(options.model_dump(include=set(INT4_ONLY[:4])) if scheme == "INT4" else {}),
+            },
+            **{k: summary[k] for k in SUMMARY_KEYS},
+            "calibration": calibration,
+        }
+        if summary["group_sizes"]:
+            details["group_sizes"] = summary["group_sizes"]
+            asked = str(options.group_size)
+            if scheme == "INT4" and options.group_size != -1 and set(summary["group_sizes"]) != {asked}:
+                details["note"] = (
+                    f"group size {asked} does not divide every weight's input channels; NNCF used "
+                    f"{', '.join(sorted(summary['group_sizes'], key=int))} where it had to (the tensor types above "
+                    "are what was written)"
+                )
+        if "calibration:" in log:
+            details["calibration_log"] = next(line for line in log.splitlines() if line.startswith("calibration:"))
+        return ARTIFACT_DIR, details
+
+    # --- validation seam --------------------------------------------------------------------------
+
+    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
+        from edgekit.engine_runner import EngineRunner
+
+        return EngineRunner("openvino", artifact, n_ctx, threads)

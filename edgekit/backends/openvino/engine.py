@@ -1,0 +1,237 @@
+"""The OpenVINO engine: the stateful IR on an `ov.Core` CPU compiled model, tokenized by openvino-tokenizers.
+
+Why not `openvino_genai.LLMPipeline`: it owns the generation loop (a prompt in, a streamer callback
+out), so it cannot be stepped one token at a time across several sequences as `start/step/finish`
+requires, and it exposes no logits — validation would then measure a different code path (GenAI
+applies its own model transformations: logits slicing, and on CPU a paged-attention
+continuous-batching backend) from the one serving requests. One path here serves both: an infer
+request per sequence, whose model state *is* that sequence's KV cache (`beam_idx` = [0], batch 1),
+reset when the sequence finishes. Streaming is `step()` itself; the chat template comes from the
+artifact folder (the same Jinja text GenAI would apply).
+
+Sequences are stepped one after another: the stateful IR keeps one KV state per request, so a
+batched step would need every sequence's state padded into one — what GenAI's paged attention does.
+
+Runtime properties (from runtime.toml): INFERENCE_NUM_THREADS = n_threads, PERFORMANCE_HINT =
+LATENCY, NUM_STREAMS, ENABLE_CPU_PINNING, SCHEDULING_CORE_TYPE, INFERENCE_PRECISION_HINT, and the
+Core property ENABLE_MMAP = use_mmap. Unset ones keep the CPU plugin's defaults (on a CPU with
+AVX512_BF16 or AMX that means bf16 inference; the effective values are in `engine.properties`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import openvino_tokenizers  # noqa: F401  (registers the tokenizer operations with OpenVINO)
+
+from edgekit.errors import EngineError, UsageError
+from edgekit.runtime.engines.hf_files import HFFiles
+from edgekit.runtime.engines.stepwise import StepwiseEngine
+
+MODEL_FILE = "openvino_model.xml"
+TOKENIZER_FILE = "openvino_tokenizer.xml"
+DETOKENIZER_FILE = "openvino_detokenizer.xml"
+REQUIRED_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
+REPORTED_PROPERTIES = ("INFERENCE_NUM_THREADS", "NUM_STREAMS", "PERFORMANCE_HINT", "ENABLE_CPU_PINNING",
+                       "SCHEDULING_CORE_TYPE", "INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION",
+                       "DYNAMIC_QUANTIZATION_GROUP_SIZE")  # fmt: skip
+
+
+def compile_properties(
+    n_threads: int,
+    num_streams: int | None = None,
+    cpu_pinning: bool | None = None,
+    scheduling_core_type: str | None = None,
+    inference_precision: str | None = None,
+) -> dict[str, Any]:
+    """CPU plugin properties for a RuntimeConfig; None leaves the plugin's default."""
+    props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": int(n_threads)}
+    if num_streams is not None:
+        props["NUM_STREAMS"] = int(num_streams)
+    if cpu_pinning is not None:
+        props["ENABLE_CPU_PINNING"] = bool(cpu_pinning)
+    if scheduling_core_type is not None:
+        props["SCHEDULING_CORE_TYPE"] = scheduling_core_type
+    if inference_precision is not None:
+        props["INFERENCE_PRECISION_HINT"] = inference_precision
+    return props
+
+
+class OpenVINOEngine(StepwiseEngine):
+    backend = "openvino"
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        n_threads: int,
+        n_ctx: int = 2048,
+        n_batch: int = 256,
+        max_sequences: int = 1,
+        use_mmap: bool = True,
+        num_streams: int | None = None,
+        cpu_pinning: bool | None = None,
+        scheduling_core_type: str | None = None,
+        inference_precision: str | None = None,
+    ) -> None:
+        self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE, DETOKENIZER_FILE), "OpenVINO")
+        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._options = {
+            "num_streams": num_streams,
+            "cpu_pinning": cpu_pinning,
+            "scheduling_core_type": scheduling_core_type,
+            "inference_precision": inference_precision,
+        }
+        started = time.perf_counter()
+        self._core = ov.Core()
+        self._core.set_property({"ENABLE_MMAP": bool(use_mmap)})
+        try:
+            self._model = self._core.read_model(self.path / MODEL_FILE)
+        except RuntimeError as exc:
+            raise EngineError(
+                f"OpenVINO could not read {self.path / MODEL_FILE}: {exc}", "run `edgekit verify`"
+            ) from None
+        names = {n for port in self._model.inputs for n in port.get_names()}
+        missing = [n for n in REQUIRED_INPUTS if n not in names]
+        if missing or not self._model.get_sinks():
+            raise EngineError(
+                f"{self.path / MODEL_FILE} is not a stateful text-generation IR (missing inputs {missing} or "
+                "its KV-cache state)",
+                "export with task text-generation-with-past (what edgekit's openvino backend does)",
+            )
+        self.n_vocab = int(self._model.output("logits").get_partial_shape()[-1].get_length())
+        self._compile(n_threads)
+        loaded = time.perf_counter()
+        self._tokenizer = self._core.compile_model(self.path / TOKENIZER_FILE, "CPU")
+        self._detokenizer = self._core.compile_model(self.path / DETOKENIZER_FILE, "CPU")
+        self._detok_request = self._detokenizer.create_infer_request()
+        self.load_timings = {"model_ms": (loaded - started) * 1000, "context_ms": (time.perf_counter() - loaded) * 1000}
+        self._read_vocabulary(
+            HFFiles(self.path), lambda: frozenset(self._rt_int("eos_token_id")), lambda: self._rt_str("chat_template")
+        )
+        specials = sorted((t for t in self._special.values() if t), key=len, reverse=True)
+        self._special_pattern = re.compile("|".join(re.escape(t) for t in specials)) if specials else None
+
+    def _compile(self, n_threads: int) -> None:
+        self.n_threads = self.n_threads_batch = int(n_threads)
+        props = compile_properties(n_threads, **self._options)
+        try:
+            self._compiled = self._core.compile_model(self._model, "CPU", props)
+        except RuntimeError as exc:
+            raise EngineError(
+                f"OpenVINO could not compile {self.path / MODEL_FILE} for the CPU: {exc}",
+                "check the OpenVINO properties in runtime.toml (num_streams, inference_precision, ...)",
+            ) from None
+        self.properties = {}
+        for key in REPORTED_PROPERTIES:
+            with contextlib.suppress(RuntimeError, TypeError):
+                self.properties[key] = _shown(self._compiled.get_property(key))
+
+    def _rt_str(self, key: str) -> str | None:
+        model = self._tokenizer_model()
+        return model.get_rt_info(key).astype(str) if model is not None and model.has_rt_info(key) else None
+
+    def _rt_int(self, key: str) -> set[int]:
+        value = self._rt_str(key)
+        return {int(value)} if value is not None and value.lstrip("-").isdigit() else set()
+
+    def _tokenizer_model(self) -> Any:
+        return self._core.read_model(self.path / TOKENIZER_FILE)
+
+    # --- slots: one infer request (and its model state) per sequence ------------------------------
+
+    def _new_slot(self) -> Any:
+        return self._compiled.create_infer_request()
+
+    def _reset(self, slot: Any) -> None:
+        slot.reset_state()
+
+    def _run(self, slot: Any, ids: Sequence[int], pos: int) -> np.ndarray:
+        n = len(ids)
+        slot.infer(
+            {
+                "input_ids": np.asarray(ids, dtype=np.int64)[None],
+                "attention_mask": np.ones((1, pos + n), dtype=np.int64),
+                "position_ids": np.arange(pos, pos + n, dtype=np.int64)[None],
+                "beam_idx": np.zeros(1, dtype=np.int32),
+            }
+        )
+        return slot.get_tensor("logits").data[0]
+
+    # --- tokens -----------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """Token ids of `text`; with special=False, special-token text in it stays plain text."""
+        if not text:
+            return []
+        if special or self._special_pattern is None or not self._special_pattern.search(text):
+            return self._encode(text)
+        # openvino-tokenizers always parses special tokens: tokenize around them, and split each
+        # occurrence so that it can never become its control token.
+        ids: list[int] = []
+        begin = 0
+        for match in self._special_pattern.finditer(text):
+            ids += self._encode(text[begin : match.start()])
+            ids += self._encode(match.group()[:1]) + self._encode(match.group()[1:])
+            begin = match.end()
+        return ids + self._encode(text[begin:])
+
+    def _encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        result = self._tokenizer([text])
+        return [int(i) for i in result[self._tokenizer.output("input_ids")][0]]
+
+    def detokenize(self, ids: Sequence[int]) -> bytes:
+        if len(ids) == 0:
+            return b""
+        self._detok_request.infer([ov.Tensor(np.asarray([list(ids)], dtype=np.int64))])
+        return bytes(self._detok_request.get_output_tensor(0).bytes_data[0])
+
+    # --- extras used by bench and tune ------------------------------------------------------------
+
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        """Recompile with another thread count (OpenVINO fixes it at compile time); needs an idle engine."""
+        del n_threads_batch  # one count per compiled model
+        if self._seqs:
+            raise UsageError("set_threads() needs an idle engine", "finish every active sequence first")
+        self._drop_slots()
+        self._compile(n_threads)
+
+    def close(self) -> None:
+        self._seqs.clear()
+        self._drop_slots()
+        self._compiled = self._tokenizer = self._detokenizer = self._detok_request = None
+
+
+def _shown(value: Any) -> str:
+    """'bf16' rather than "<Type: 'bfloat16'>", 'ANY_CORE' rather than 'SchedulingCoreType.ANY_CORE'."""
+    if hasattr(value, "get_type_name"):
+        return str(value.get_type_name())
+    if hasattr(value, "name") and not isinstance(value, (str, int, bool)):
+        return str(value.name)
+    return str(value)
+
+
+def open_engine(artifact: Path, bundle: Path | None, config: Any) -> OpenVINOEngine:
+    """An OpenVINO engine configured by a RuntimeConfig."""
+    del bundle  # the artifact folder carries the tokenizer IRs and the chat template
+    return OpenVINOEngine(
+        artifact,
+        n_threads=config.n_threads,
+        n_ctx=config.n_ctx,
+        n_batch=config.n_batch,
+        max_sequences=config.max_concurrent,
+        use_mmap=config.use_mmap,
+        num_streams=getattr(config, "num_streams", None),
+        cpu_pinning=getattr(config, "cpu_pinning", None),
+        scheduling_core_type=getattr(config, "scheduling_core_type", None),
+        inference_precision=getattr(config, "inference_precision", None),
+    )

@@ -1,0 +1,61 @@
+"""What every executor does with one task: look its key up in the cache, or run its stage and store the result.
+
+An executor walks a plan's tasks (dependencies first), runs each at most once, and keeps a log of
+what ran and what was reused; where it runs them (this process, a Ray cluster) is its own business.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from edgekit.cache import CacheEntry, StageCache
+from edgekit.plan.tasks import Task
+from edgekit.progress import Progress
+from edgekit.stages import runner
+from edgekit.stages.context import StageContext
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    stage: str
+    key: str
+    label: str
+    reused: bool
+    seconds: float  # wall time in this build (a lookup when reused)
+
+
+class Executor(Protocol):
+    events: list[TaskEvent]
+
+    def run(self, tasks: Sequence[Task]) -> dict[str, CacheEntry]:
+        """Run `tasks` and what they depend on; return every task's cache entry by key."""
+        ...
+
+
+@dataclass(frozen=True)
+class Tools:
+    """Where a stage finds what it needs besides its task: the cache, tools, threads, progress."""
+
+    cache: StageCache
+    threads: int
+    llama_cpp_dir: str | None = None
+
+
+def execute(task: Task, records: Mapping[str, CacheEntry], tools: Tools, progress: Progress) -> CacheEntry:
+    """The task's cache entry: found, or produced now by its stage function."""
+    context = StageContext(tools.cache.root, progress, tools.threads, tools.llama_cpp_dir, records)
+    stage = runner(task.stage)
+    entry = tools.cache.get_or_produce(task.stage, task.key, task.inputs(), lambda out: stage(task, context, out))
+    if entry.reused:
+        took = entry.meta.get("seconds")
+        progress.log(f"{task.label}: reusing {entry.key[:12]}" + (f" (it took {took:.0f} s to make)" if took else ""))
+    return entry
+
+
+def timed(task: Task, run: Callable[[], CacheEntry]) -> tuple[CacheEntry, TaskEvent]:
+    started = time.perf_counter()
+    entry = run()
+    return entry, TaskEvent(task.stage, task.key, task.label, entry.reused, time.perf_counter() - started)

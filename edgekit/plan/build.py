@@ -1,0 +1,261 @@
+"""A recipe, resolved once into a plan: a DAG of tasks, each holding exactly its inputs.
+
+Resolving checks everything that can be checked without work (preflight), hashes the source, loads
+and tokenizes the eval text, and asks each backend for the tool versions its output depends on. No
+stage function ever sees the recipe.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgekit.backends.base import BuildEnv
+from edgekit.evaldata import EvalPlan, load_text
+from edgekit.gates import Gates
+from edgekit.hashing import sha256_json
+from edgekit.plan.evaluation import eval_plan
+from edgekit.plan.source import fetch_task
+from edgekit.plan.tasks import (
+    STAGE_ORDER,
+    BenchTask,
+    Bootstrap,
+    BundleTask,
+    ConvertTask,
+    Exclusion,
+    FetchTask,
+    QuantizeTask,
+    ReferenceTask,
+    ReportTask,
+    TargetPlan,
+    Task,
+    ValidateTask,
+)
+from edgekit.preflight import preflight
+from edgekit.recipe import DEFAULT_RECIPE, Recipe, Target
+from edgekit.registry import build_backend
+from edgekit.runtime import machine
+from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.versions import dist_version, tool_versions
+
+BENCH_VERSIONS = {"bench_schema": 1, "bench_method": 3}
+GATE_NAMES = tuple(Gates.model_fields)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    recipe: Path
+    tasks: tuple[Task, ...]  # every cached task, dependencies first
+    bundle: BundleTask
+    reference: ReferenceTask | None
+    llama_cpp_dir: str | None = None  # [toolchain] llama_cpp_dir: where convert finds llama.cpp's converter
+
+    def closure(self, *roots: Task) -> tuple[Task, ...]:
+        """`roots` and everything they depend on, dependencies first."""
+        return dependency_order(roots)
+
+
+def dependency_order(roots: tuple[Task, ...] | list[Task]) -> tuple[Task, ...]:
+    seen: dict[str, Task] = {}
+
+    def visit(task: Task) -> None:
+        if task.key in seen:
+            return
+        for dep in task.deps():
+            visit(dep)
+        seen[task.key] = task
+
+    for root in roots:
+        visit(root)
+    # Each stage depends only on earlier stages, so ordering by stage keeps dependencies first and runs
+    # like with like (every quantization before the reference loads torch).
+    return tuple(sorted(seen.values(), key=lambda t: STAGE_ORDER.index(t.stage)))
+
+
+def output_path(recipe: Recipe, out_dir: Path | None, project: Path) -> Path:
+    base = out_dir if out_dir is not None else project / recipe.spec.bundle.output_dir
+    return base.expanduser().absolute() / recipe.name
+
+
+def make_plan(
+    recipe: Recipe,
+    *,
+    cache_root: Path,
+    final: Path | None = None,
+    out_given: bool = False,
+    threads: int | None = None,
+    command: str = "edgekit build",
+) -> Plan:
+    preflight(recipe, final, out_given=out_given)
+    threads = threads or machine.physical_cores()
+    env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
+    backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in recipe.targets)}
+    fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
+    cfg = recipe.spec.validation
+    evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root) if cfg.enabled else None
+    reference = _reference(recipe, fetch, evaluation) if evaluation is not None else None
+    provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
+    converts = {b: ConvertTask(fetch, b, v, provenance) for b, v in backend_versions.items()}
+    targets = tuple(_target(recipe, t, converts[t.backend], reference) for t in recipe.targets)
+    bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None
+    merged: dict[str, Any] = {}
+    for versions in backend_versions.values():
+        merged.update(versions)
+    bundle = BundleTask(
+        name=recipe.name,
+        final=str(final or ""),
+        recipe_text=recipe.text,
+        checkpoint=fetch,
+        targets=targets,
+        reference=reference,
+        bench=bench,
+        runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
+        threads=threads,
+        versions=tool_versions(merged),
+        report=_report(recipe, Path(final).name if final else recipe.name, command),
+    )
+    tasks = dependency_order(list(bundle.deps()))
+    return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
+
+
+def _reference(recipe: Recipe, fetch: FetchTask, evaluation: EvalPlan) -> ReferenceTask:
+    cfg = recipe.spec.validation
+    return ReferenceTask(
+        checkpoint=fetch,
+        eval=evaluation,
+        device=cfg.reference_device,
+        dtype=cfg.reference_dtype,
+        noise_floor_dtype=cfg.noise_floor_dtype,
+        top_k=cfg.top_k,
+        tail_samples=cfg.tail_samples,
+        seed=cfg.seed,
+    )
+
+
+def _bootstrap(recipe: Recipe) -> Bootstrap:
+    cfg = recipe.spec.validation
+    return Bootstrap(cfg.bootstrap_resamples, cfg.bootstrap_block_tokens, cfg.seed)
+
+
+def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: ReferenceTask | None) -> TargetPlan:
+    backend = build_backend(target.backend)
+    calibration = None
+    if backend.needs_calibration(target.scheme, target.options):
+        calibration = load_text(recipe.spec.validation.text, recipe.base_dir)
+    quantize = QuantizeTask(
+        converted=convert,
+        backend=target.backend,
+        scheme=target.scheme,
+        options=target.options.model_dump(mode="json"),
+        versions=convert.versions,
+        calibration=calibration,
+        name=target.name,
+    )
+    validate = ValidateTask(quantize, reference, _bootstrap(recipe)) if reference is not None else None
+    return TargetPlan(
+        name=target.name,
+        backend=target.backend,
+        scheme=target.scheme,
+        required=target.required,
+        note=target.note,
+        gates=backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates),
+        gate_sources=_gate_sources(recipe, target),
+        quantize=quantize,
+        validate=validate,
+    )
+
+
+def _gate_sources(recipe: Recipe, target: Target) -> dict[str, str]:
+    """Where each threshold came from: the backend's per-scheme default, [validation.gates] or the target."""
+    section = recipe.spec.validation.gates
+    overridden = set(section.model_fields_set) if section is not None else set()
+    own = set(target.gates.model_fields_set) if target.gates is not None else set()
+
+    def source(gate: str) -> str:
+        if gate in own:
+            return f"recipe [[targets]] {target.name}"
+        return "recipe [validation.gates]" if gate in overridden else f"default for {target.backend} {target.scheme}"
+
+    return {gate: source(gate) for gate in GATE_NAMES}
+
+
+def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
+    runtime = recipe.spec.bundle.runtime
+    settings = BenchSettings.from_options(recipe.spec.bench, n_ctx=runtime.n_ctx, n_batch=runtime.n_batch)
+    exclusion = None
+    validated = [t for t in targets if t.validate is not None]
+    if recipe.spec.bundle.exclude_failed and validated:
+        exclusion = Exclusion(
+            validations=tuple(t.validate for t in validated if t.validate is not None),
+            gates=tuple(t.gates for t in validated),
+            on_inconclusive=recipe.spec.validation.on_inconclusive,
+        )
+    return BenchTask(
+        artifacts=tuple(t.quantize for t in targets),
+        settings=settings.as_dict(),
+        machine=machine.fingerprint(),
+        versions={"llama-cpp-python": dist_version("llama-cpp-python"), **BENCH_VERSIONS},
+        exclusion=exclusion,
+    )
+
+
+def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
+    cfg = recipe.spec.validation
+    default = Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
+    return ReportTask(
+        bundle_name=bundle_name,
+        recipe_path=str(recipe.path),
+        recipe_sha256=recipe.sha256,
+        eval_origin=cfg.text if cfg.enabled else None,
+        tasks_files=tuple(cfg.tasks),
+        bootstrap=_bootstrap(recipe),
+        on_inconclusive=cfg.on_inconclusive,
+        exclude_failed=recipe.spec.bundle.exclude_failed,
+        command=command,
+        reproduce="edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}",
+    )
+
+
+def model_name(uri: str) -> str:
+    """A model name from the source alone, so renaming a bundle does not invalidate conversions."""
+    stem = uri.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"\.(gguf|safetensors)$", "", stem, flags=re.I) or "model"
+
+
+def _provenance(fetch: FetchTask, model_section_sha256: str) -> dict[str, str]:
+    """Metadata written into converted models (GGUF keys; other backends keep it in their config)."""
+    from edgekit import __version__
+
+    values = {
+        "name": model_name(fetch.uri),
+        "general.source.url": fetch.uri,
+        "general.quantized_by": f"edgekit {__version__}",
+        "edgekit.version": __version__,
+        "edgekit.source.uri": fetch.uri,
+        "edgekit.source.revision": fetch.revision or "",
+        "edgekit.source.checkpoint_key": fetch.key,
+        "edgekit.recipe.model_sha256": model_section_sha256,
+    }
+    if fetch.uri.startswith("hf://"):
+        values["general.source.repo_url"] = "https://huggingface.co/" + fetch.uri.removeprefix("hf://")
+    if (reconstructed := _reconstructed_from(fetch)) is not None:
+        values["edgekit.source.reconstructed_from"] = reconstructed
+    return values
+
+
+def _reconstructed_from(fetch: FetchTask) -> str | None:
+    if fetch.kind != "gguf":
+        return None
+    from edgekit.sources.gguf import describe_gguf
+
+    return f"GGUF {describe_gguf(Path(fetch.location))['file_type']}"
+
+
+def iter_tasks(plan: Plan) -> Iterator[Task]:
+    yield from plan.tasks
+    yield plan.bundle

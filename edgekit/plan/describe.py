@@ -1,0 +1,65 @@
+"""`edgekit plan --json`: the DAG of a plan as data, before anything runs.
+
+Schema (version 1):
+
+    {"schema": "edgekit.plan", "version": 1,
+     "recipe": path, "bundle": final path of the bundle (or ""),
+     "tasks": [ {"id": "quantize gguf-Q4_K_M",        a label, unique within the plan
+                 "stage": "quantize",                 fetch | convert | quantize | reference | validate | bench | bundle
+                 "key": "<sha256>",                   the cache key: sha256 of the stage and these inputs
+                 "cached": true,                      an entry with this key is in the cache (the task will be reused)
+                 "deps": ["<key>", ...],              keys of the tasks it reads
+                 "resources": {"cpus", "memory_mib", "gpus", "box"},
+                 "inputs": {...}} ],                  the declared inputs as they enter the key (upstream tasks as keys)
+     "summary": {"tasks": n, "cached": n, "to_run": n}}
+
+The bundle task is listed last; it is never cached (it writes dist/<name>/ each time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from edgekit.cache import StageCache
+from edgekit.plan.build import Plan
+from edgekit.plan.tasks import Task
+
+PLAN_SCHEMA_VERSION = 1
+
+
+def describe(plan: Plan, cache: StageCache) -> dict[str, Any]:
+    tasks = [_task(t, cache, plan.bundle.threads) for t in plan.tasks]
+    bundle = plan.bundle
+    tasks.append(
+        {
+            "id": bundle.label,
+            "stage": bundle.stage,
+            "key": None,
+            "cached": False,
+            "deps": sorted({d.key for d in bundle.deps()}),
+            "resources": dataclasses.asdict(bundle.resources(1)),
+            "inputs": {"name": bundle.name, "final": bundle.final, "targets": [t.name for t in bundle.targets]},
+        }
+    )
+    cached = sum(1 for t in tasks if t["cached"])
+    return {
+        "schema": "edgekit.plan",
+        "version": PLAN_SCHEMA_VERSION,
+        "recipe": str(plan.recipe),
+        "bundle": bundle.final,
+        "tasks": tasks,
+        "summary": {"tasks": len(tasks), "cached": cached, "to_run": len(tasks) - cached},
+    }
+
+
+def _task(task: Task, cache: StageCache, threads: int) -> dict[str, Any]:
+    return {
+        "id": task.label,
+        "stage": task.stage,
+        "key": task.key,
+        "cached": cache.lookup(task.stage, task.key) is not None,
+        "deps": [d.key for d in task.deps()],
+        "resources": dataclasses.asdict(task.resources(threads)),
+        "inputs": task.inputs(),
+    }

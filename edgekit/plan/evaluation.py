@@ -1,0 +1,106 @@
+"""The scored data of a build, resolved once at planning time: text, token ids, windows, cloze items, tasks.
+
+Every token id comes from the reference tokenizer (`edgekit.sources.tokenizer`), so every stage scores
+the same tokens. Tokenizing costs a tokenizer load; the result is remembered in the cache under the
+hash of everything it depends on (the source's fetch key covers its tokenizer files).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.evaldata import (
+    ChoiceTask,
+    ClozeItem,
+    EvalPlan,
+    EvalText,
+    TaskItem,
+    TokenIds,
+    cloze_items,
+    load_text,
+    make_windows,
+    multiple_choice_task,
+)
+from edgekit.fsutil import write_bytes_atomic
+from edgekit.hashing import sha256_file, sha256_json
+from edgekit.plan.tasks import FetchTask
+from edgekit.recipe import ValidationSection
+from edgekit.sources import resolve_path
+from edgekit.versions import dist_version
+
+MEMO_FORMAT = 1
+
+
+def eval_plan(cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_root: Path) -> EvalPlan:
+    text = load_text(cfg.text, base_dir)
+    task_files = [resolve_path(t, base_dir) for t in cfg.tasks]
+    memo_key = sha256_json(
+        {
+            "format": MEMO_FORMAT,
+            "source": fetch.key,
+            "text": text.sha256,
+            "context_length": cfg.context_length,
+            "max_tokens": cfg.max_tokens,
+            "cloze": cfg.cloze.model_dump(),
+            "tasks": [sha256_file(p) for p in task_files],
+            "tokenizer": {"transformers": dist_version("transformers"), "tokenizers": dist_version("tokenizers")},
+        }
+    )
+    memo = cache_root / "eval-plans" / f"{memo_key}.json"
+    tokenized = _read_memo(memo)
+    if tokenized is None:
+        tokenized = _tokenize(cfg, text, task_files, fetch)
+        write_bytes_atomic(memo, json.dumps(tokenized).encode())
+    return _from_tokenized(cfg, text, tokenized)
+
+
+def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], fetch: FetchTask) -> dict[str, Any]:
+    from edgekit.sources.tokenizer import reference_tokenizer
+
+    tokenizer = reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision)
+    ids, offsets = tokenizer.tokenize_with_offsets(text.text)
+    windows = make_windows(ids, cfg.context_length, cfg.max_tokens)
+    cloze = (
+        cloze_items(text.text, offsets, windows, cfg.cloze.items, cfg.cloze.min_word_chars) if cfg.cloze.enabled else []
+    )
+    tasks = [multiple_choice_task(p, tokenizer.tokenize, cfg.context_length // 2) for p in task_files]
+    return {
+        "ids": windows.ids.tolist(),
+        "cloze": [[c.window, c.start, c.end] for c in cloze],
+        "tasks": [
+            {
+                "name": t.name,
+                "kind": t.kind,
+                "sha256": t.sha256,
+                "items": [[list(i.ids), i.split, i.group, i.choice, i.answer, i.nbytes] for i in t.items],
+            }
+            for t in tasks
+        ],
+    }
+
+
+def _read_memo(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _from_tokenized(cfg: ValidationSection, text: EvalText, tokenized: dict[str, Any]) -> EvalPlan:
+    tasks = tuple(
+        ChoiceTask(t["name"], t["kind"], tuple(TaskItem(tuple(i[0]), *i[1:]) for i in t["items"]), t["sha256"])
+        for t in tokenized["tasks"]
+    )
+    return EvalPlan(
+        text=text,
+        ids=TokenIds.of(np.asarray(tokenized["ids"], dtype=np.int32)),
+        context_length=cfg.context_length,
+        max_tokens=cfg.max_tokens,
+        cloze=tuple(ClozeItem(*c) for c in tokenized["cloze"]),
+        cloze_settings=cfg.cloze.model_dump(),
+        tasks=tasks,
+    )

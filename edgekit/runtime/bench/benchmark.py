@@ -1,0 +1,251 @@
+"""Benchmark GGUF artifacts on this CPU: what `edgekit build`, `edgekit bench` and `edgekit tune` run.
+
+The schema of the result is documented in `edgekit.stages.bench`. Every measurement runs in a
+fresh worker process (`edgekit.runtime.bench.worker`); runs are interleaved — run 1 of every
+configuration and artifact, then run 2, … — so that a noisy neighbour slows all of them alike,
+and every ratio (tuned/baseline, batch 4/batch 1, Q4/Q8, no-mmap/mmap) is computed within a run
+and then summarised by its median over the runs.
+
+Phase 1 sweeps the thread counts (decode and prompt separately) and picks the tuned settings;
+phase 2 measures loads, the tuned configuration at each concurrency, and the default-settings
+baseline. No torch, no build stages: this runs on the edge box too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from edgekit.errors import BenchError
+from edgekit.runtime import machine
+from edgekit.runtime.bench.bandwidth import best_rate
+from edgekit.runtime.bench.jobs import mlock_allowed, run_job
+from edgekit.runtime.bench.results import LOAD_KEYS, BenchTarget, Samples, artifact_result, comparisons
+from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.runtime.bench.stats import ratio
+
+BENCH_SCHEMA = 1
+# Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
+BENCH_METHOD = 3
+# Within this share of the best median, the smaller thread count wins: fewer threads leave cores
+# to the rest of the box and spin less when the box is busy.
+THREAD_TOLERANCE = 0.03
+
+
+Log = Callable[[str], None]
+
+
+def pick_threads(by_threads: dict[str, dict[str, Any]], metric: str) -> int:
+    """The thread count with the best median `metric`, preferring fewer within THREAD_TOLERANCE."""
+    medians = {int(t): v[metric]["median"] for t, v in by_threads.items() if v.get(metric)}
+    best = max(medians.values())
+    return min(t for t, m in medians.items() if m >= best * (1 - THREAD_TOLERANCE))
+
+
+class Benchmark:
+    def __init__(self, targets: list[BenchTarget], settings: BenchSettings, log: Log | None = None) -> None:
+        self.targets = targets
+        self.settings = settings
+        self.log = log or (lambda message: None)
+        self.machine = machine.describe()
+        physical, logical = self.machine["physical_cores"], self.machine["logical_cores"]
+        self.threads = list(settings.threads or machine.thread_candidates(physical, logical))
+        self.jobs_run = 0
+        self.skipped: dict[str, str] = {}  # artifacts another backend's engine could not measure, and why
+
+    # --- orchestration ------------------------------------------------------------------------
+
+    def thread_sweep(
+        self, samples: dict[str, Samples] | None = None
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+        """Phase 1 alone (what `edgekit tune` runs): {artifact: {threads: {metric: summary}}} and the picks."""
+        samples = samples if samples is not None else {t.name: Samples() for t in self.targets}
+        sweeps = self._sweep(self._measurable(), samples)
+        tuned = {
+            t.name: {
+                "n_threads": pick_threads(sweeps[t.name], "decode_tok_s"),
+                "n_threads_batch": pick_threads(sweeps[t.name], "prompt_tok_s"),
+            }
+            for t in self._measurable()
+        }
+        return sweeps, tuned
+
+    def run(self) -> dict[str, Any]:
+        started = time.time()
+        bandwidth = self._bandwidth()
+        samples = {t.name: Samples() for t in self.targets}
+        sweeps, tuned = self.thread_sweep(samples)
+        extras = self._measure(self._measurable(), tuned, samples)
+        gguf = [t for t in self._measurable() if t.backend == "gguf"]
+        artifacts: dict[str, Any] = {}
+        for target in self.targets:
+            if target.name in self.skipped:
+                artifacts[target.name] = {
+                    "backend": target.backend,
+                    "scheme": target.scheme,
+                    "skipped": self.skipped[target.name],
+                }
+                continue
+            artifacts[target.name] = artifact_result(
+                self.settings,
+                target,
+                samples[target.name],
+                sweeps[target.name],
+                tuned[target.name],
+                bandwidth,
+                extras[target.name],
+            )
+        return {
+            "schema_version": BENCH_SCHEMA,
+            "machine": self.machine,
+            "bandwidth": bandwidth,
+            "settings": {**self.settings.as_dict(), "threads_swept": self.threads},
+            "artifacts": artifacts,
+            "comparisons": comparisons(self.settings, gguf, samples),
+            "jobs": self.jobs_run,
+            "seconds": round(time.time() - started, 1),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    def _measurable(self) -> list[BenchTarget]:
+        return [t for t in self.targets if t.name not in self.skipped]
+
+    def _job(self, job: dict[str, Any], target: BenchTarget | None = None) -> dict[str, Any] | None:
+        """Run a job. A GGUF job that fails fails the bench; another backend's is recorded as skipped."""
+        self.jobs_run += 1
+        if target is None or target.backend == "gguf":
+            return run_job(job, self.settings.job_timeout_s)
+        try:
+            return run_job(job, self.settings.job_timeout_s)
+        except BenchError as exc:
+            self.skipped[target.name] = f"its {target.backend} runtime engine could not be measured: {exc.message}"
+            return None
+
+    def _base_job(self, target: BenchTarget, threads: int, threads_batch: int) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "artifact": str(target.path),
+            "backend": target.backend,
+            "n_threads": threads,
+            "n_threads_batch": threads_batch,
+            "n_ctx": s.n_ctx,
+            "n_batch": s.n_batch,
+            "prompt_tokens": s.prompt_tokens,
+            "gen_tokens": s.gen_tokens,
+            "warmup_tokens": s.warmup_tokens,
+            "cpus": list(s.cpus) if s.cpus else None,
+        }
+
+    def _bandwidth(self) -> dict[str, Any]:
+        s = self.settings
+        counts = sorted({1, *[t for t in self.threads if t <= self.machine["logical_cores"]]})
+        by_processes: dict[str, Any] = {}
+        for processes in counts:
+            self.log(f"bench  memory bandwidth, {processes} process(es) × {s.bandwidth_mib} MiB arrays")
+            job = {
+                "kind": "bandwidth",
+                "array_mib": s.bandwidth_mib,
+                "runs": s.runs,
+                "processes": processes,
+                "cpus": list(s.cpus) if s.cpus else None,
+            }
+            by_processes[str(processes)] = self._job(job)["kernels"]
+        best = {p: best_rate(k) for p, k in by_processes.items()}
+        return {
+            "array_mib": s.bandwidth_mib,
+            "kernels_gib_s_by_processes": by_processes,
+            "best_gib_s_by_processes": best,
+            "note": "STREAM-style numpy kernels, one thread per process; best kernel median per process count",
+        }
+
+    def _sweep(self, targets: list[BenchTarget], samples: dict[str, Samples]) -> dict[str, dict[str, Any]]:
+        for run in range(self.settings.runs):
+            order = self.threads[run % len(self.threads) :] + self.threads[: run % len(self.threads)]
+            for target in targets:
+                self.log(f"bench  {target.name}: thread sweep {order} (run {run + 1}/{self.settings.runs})")
+                job = {**self._base_job(target, 1, 1), "kind": "sweep", "threads": order}
+                job["max_decode_s"] = self.settings.sweep_max_decode_s
+                result = self._job(job, target)
+                if result is None:
+                    continue
+                for threads, values in result["by_threads"].items():
+                    for metric, value in values.items():
+                        samples[target.name].add(("sweep", threads, metric), value)
+        return {
+            t.name: {
+                str(n): {m: samples[t.name].stat("sweep", str(n), m) for m in ("decode_tok_s", "prompt_tok_s")}
+                for n in self.threads
+            }
+            for t in targets
+            if t.name not in self.skipped
+        }
+
+    def _measure(
+        self, targets: list[BenchTarget], tuned: dict[str, dict[str, int]], samples: dict[str, Samples]
+    ) -> dict[str, dict[str, Any]]:
+        s = self.settings
+        extras: dict[str, dict[str, Any]] = {t.name: {"load_skipped": {}} for t in targets}
+        for run in range(s.runs):
+            for target in targets:
+                if target.name in self.skipped:
+                    continue
+                got = samples[target.name]
+                gguf = target.backend == "gguf"  # load modes and the Llama() baseline are llama.cpp's
+                base = self._base_job(target, tuned[target.name]["n_threads"], tuned[target.name]["n_threads_batch"])
+                self.log(f"bench  {target.name}: loads, concurrency {list(s.concurrency)}, baseline (run {run + 1})")
+                if s.loads and gguf:
+                    self._loads(target, base, got, extras[target.name]["load_skipped"])
+                for concurrency in s.concurrency:
+                    result = self._job({**base, "kind": "perf", "concurrency": concurrency}, target)
+                    if result is None:
+                        break
+                    for key in ("decode_tok_s", "per_sequence_tok_s", "peak_rss_mib", "ttft_ms", "prompt_tok_s"):
+                        got.add(("perf", str(concurrency), key), result[key])
+                if target.name in self.skipped:
+                    continue
+                if s.baseline and gguf:
+                    result = self._job({**base, "kind": "baseline"})
+                    extras[target.name]["baseline_settings"] = result["settings"]
+                    for key in ("decode_tok_s", "ttft_ms", "prompt_tok_s", "peak_rss_mib", "load_ms"):
+                        got.add(("baseline", key), result[key])
+                    one = self._last(got, ("perf", str(min(s.concurrency)), "decode_tok_s"))
+                    got.add(("ratio", "tuned_over_baseline_decode"), ratio(one, result["decode_tok_s"]))
+                    ttft = self._last(got, ("perf", str(min(s.concurrency)), "ttft_ms"))
+                    got.add(("ratio", "baseline_over_tuned_ttft"), ratio(result["ttft_ms"], ttft))
+                first = self._last(got, ("perf", str(min(s.concurrency)), "decode_tok_s"))
+                for concurrency in s.concurrency:
+                    value = self._last(got, ("perf", str(concurrency), "decode_tok_s"))
+                    got.add(("ratio", "batch_over_single", str(concurrency)), ratio(value, first))
+        return extras
+
+    def _loads(self, target: BenchTarget, base: dict[str, Any], got: Samples, skipped: dict[str, str]) -> None:
+        size = target.path.stat().st_size
+        plan = [("mmap", "cold"), ("no_mmap", "cold"), ("mmap", "warm"), ("no_mmap", "warm")]
+        allowed, why = mlock_allowed(int(size * 1.2))
+        if allowed:
+            plan.append(("mlock", "warm"))
+        else:
+            skipped["mlock"] = why
+        for mode, cache in plan:
+            job = {
+                **base,
+                "kind": "load",
+                "mode": mode,
+                "page_cache": cache,
+                "prompt_tokens": self.settings.load_prompt_tokens,
+            }
+            result = self._job(job)
+            for key in LOAD_KEYS:
+                got.add(("load", mode, cache, key), result.get(key))
+        mmap_cold = self._last(got, ("load", "mmap", "cold", "first_token_ms"))
+        no_mmap_cold = self._last(got, ("load", "no_mmap", "cold", "first_token_ms"))
+        got.add(("ratio", "no_mmap_over_mmap_cold_first_token"), ratio(no_mmap_cold, mmap_cold))
+        mmap_warm = self._last(got, ("load", "mmap", "warm", "first_token_ms"))
+        no_mmap_warm = self._last(got, ("load", "no_mmap", "warm", "first_token_ms"))
+        got.add(("ratio", "no_mmap_over_mmap_warm_first_token"), ratio(no_mmap_warm, mmap_warm))
+
+    @staticmethod
+    def _last(got: Samples, key: tuple[str, ...]) -> float | None:
+        values = got.values.get(key)
+        return values[-1] if values else None

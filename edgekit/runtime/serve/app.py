@@ -1,0 +1,358 @@
+"""`edgekit serve`: an OpenAI-compatible HTTP server over one bundle (starlette + uvicorn).
+
+    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream}
+    POST /v1/chat/completions   {messages, ...}: the model's chat template, rendered in a jinja2 sandbox
+    GET  /v1/models             the one model this server runs
+    GET  /health                200 once the model is loaded and warmed up, 503 before
+    GET  /metrics               Prometheus text
+
+The model loads in the background after the port opens, so /health can say "loading". Requests
+wait in a bounded queue for one of `max_concurrent` sequence slots (429 when it is full); bodies
+and token counts are limited (400 with the limit in the message); a client that disconnects
+frees its slot at the next decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.runtime.engines import Sampling
+from edgekit.runtime.loader import BundleInfo, LoadedBundle, load
+from edgekit.runtime.serve.metrics import ServeMetrics
+from edgekit.runtime.serve.scheduler import QueueFull, Request, Scheduler, ShuttingDown
+from edgekit.runtime.text import prompt
+
+log = logging.getLogger("edgekit.serve")
+MAX_BODY_BYTES = 1 * 2**20
+MAX_STOP = 4
+DISCONNECT_POLL_S = 0.2
+
+
+class ClientGone(Exception):
+    """The client hung up before its request body was complete: nobody to answer."""
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.kind, "code": self.status}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+class ServeState:
+    """What the app needs: the bundle, and once loaded, the engine's scheduler."""
+
+    def __init__(self, info: BundleInfo, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.info = info
+        self.metrics = ServeMetrics()
+        self.max_body_bytes = max_body_bytes
+        self.loaded: LoadedBundle | None = None
+        self.scheduler: Scheduler | None = None
+        self.error: BaseException | None = None
+        self.on_failure: Any = None  # called when loading fails (the CLI stops uvicorn)
+
+    def load_in_background(self) -> threading.Thread:
+        thread = threading.Thread(target=self._load, name="edgekit-load", daemon=True)
+        thread.start()
+        return thread
+
+    def _load(self) -> None:
+        try:
+            loaded = load(self.info, warm_up=True)
+            scheduler = Scheduler(loaded.engine, max_queue=loaded.config.max_queue, metrics=self.metrics)
+            scheduler.start()
+            self.loaded, self.scheduler = loaded, scheduler
+            self.metrics.ready.set(1)
+            log.info(
+                "ready: %s loaded in %.2f s, warmed up in %.2f s",
+                self.info.model_name,
+                loaded.load_seconds,
+                loaded.warmup_seconds,
+            )
+        except BaseException as exc:
+            self.error = exc
+            log.error("loading %s failed: %s", self.info.model_name, exc)
+            if self.on_failure is not None:
+                self.on_failure(exc)
+
+    def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        if self.loaded is not None:
+            self.loaded.engine.close()
+
+
+def create_app(state: ServeState) -> Starlette:
+    async def health(request: HTTPRequest) -> Response:
+        if state.scheduler is None:
+            status = "failed" if state.error else "loading"
+            return JSONResponse({"status": status, "model": state.info.model_name}, status_code=503)
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": state.info.model_name,
+                "active_sequences": state.scheduler.active,
+                "max_sequences": state.info.config.max_concurrent,
+            }
+        )
+
+    async def metrics(request: HTTPRequest) -> Response:
+        return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def models(request: HTTPRequest) -> Response:
+        entry = {"id": state.info.model_name, "object": "model", "created": 0, "owned_by": "edgekit"}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def completions(request: HTTPRequest) -> Response:
+        return await _generate(state, request, chat=False)
+
+    async def chat_completions(request: HTTPRequest) -> Response:
+        return await _generate(state, request, chat=True)
+
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/metrics", metrics),
+            Route("/v1/models", models),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ]
+    )
+
+
+# --- one generation request -------------------------------------------------------------------
+
+
+async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Response:
+    endpoint = http.url.path
+    try:
+        if state.scheduler is None or state.loaded is None:
+            raise ApiError(
+                503, "the model is still loading; retry when /health says ok", "not_ready", {"Retry-After": "2"}
+            )
+        body = await _read_json(http, state.max_body_bytes)
+        # Tokenizing a large prompt and running the chat template are CPU work: off the event loop.
+        request, stream = await run_in_threadpool(_parse, state, body, chat, asyncio.get_running_loop())
+        try:
+            state.scheduler.submit(request)
+        except QueueFull:
+            state.metrics.rejected.inc(reason="queue_full")
+            raise ApiError(
+                429,
+                f"the request queue is full ({state.scheduler.max_queue} waiting); retry shortly",
+                "queue_full",
+                {"Retry-After": "1"},
+            ) from None
+        except ShuttingDown:
+            raise ApiError(503, "the server is shutting down", "shutting_down") from None
+    except ApiError as exc:
+        state.metrics.requests.inc(endpoint=endpoint, status=str(exc.status))
+        return exc.response()
+    except ClientGone:
+        state.metrics.requests.inc(endpoint=endpoint, status="499")
+        return Response(status_code=499)
+    state.metrics.requests.inc(endpoint=endpoint, status="200")
+    meta = {
+        "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24],
+        "created": int(time.time()),
+        "model": state.info.model_name,
+    }
+    if stream:
+        return StreamingResponse(
+            _sse(state, request, meta, chat),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    return await _whole(state, http, request, meta, chat)
+
+
+async def _read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
+    declared = http.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(400, f"request body is {int(declared):,} bytes; the limit is {limit:,}", "request_too_large")
+    data = bytearray()
+    try:
+        async for chunk in http.stream():
+            data += chunk
+            if len(data) > limit:
+                raise ApiError(400, f"request body is over the limit of {limit:,} bytes", "request_too_large")
+    except ClientDisconnect:
+        raise ClientGone() from None
+    try:
+        body = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_request_error") from None
+    except RecursionError:
+        raise ApiError(
+            400, "request body is not valid JSON for this server: nested too deeply", "invalid_request_error"
+        ) from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object", "invalid_request_error")
+    return body
+
+
+def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise ApiError(400, f"`{key}` must be a number from {lo:g} to {hi:g} (got {value!r})", "invalid_request_error")
+    return float(value)
+
+
+def _parse(
+    state: ServeState, body: dict[str, Any], chat: bool, loop: asyncio.AbstractEventLoop
+) -> tuple[Request, bool]:
+    assert state.loaded is not None
+    engine, config, bundle = state.loaded.engine, state.loaded.config, state.loaded.path
+    if body.get("n", 1) != 1:
+        raise ApiError(400, "only n = 1 is supported", "invalid_request_error")
+    try:
+        if chat:
+            ids = prompt.chat_ids(engine, bundle, body.get("messages"))
+        else:
+            text = body.get("prompt")
+            if isinstance(text, list) and len(text) == 1 and isinstance(text[0], str):
+                text = text[0]
+            if not isinstance(text, str) or not text:
+                raise ApiError(400, "`prompt` must be a non-empty string", "invalid_request_error")
+            if not prompt.is_utf8(text):
+                raise ApiError(
+                    400, "`prompt` is not valid UTF-8 text (it holds a lone surrogate)", "invalid_request_error"
+                )
+            ids = prompt.completion_ids(engine, text)
+    except UsageError as exc:
+        message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
+        raise ApiError(400, message, "invalid_request_error") from None
+    limit = min(config.max_request_tokens, getattr(engine, "n_ctx", config.n_ctx))
+    default_max = 16 if not chat else limit - len(ids)
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens", default_max))
+    if max_tokens is None:
+        max_tokens = default_max
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ApiError(400, f"`max_tokens` must be a positive integer (got {max_tokens!r})", "invalid_request_error")
+    if len(ids) + max_tokens > limit:
+        state.metrics.rejected.inc(reason="too_many_tokens")
+        raise ApiError(
+            400,
+            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) is more than this server's limit of {limit} "
+            "tokens per request (max_request_tokens / n_ctx in runtime.toml)",
+            "context_length_exceeded",
+        )
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or len(stop) > MAX_STOP or not all(isinstance(s, str) for s in stop):
+        raise ApiError(400, f"`stop` must be a string or a list of at most {MAX_STOP} strings", "invalid_request_error")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise ApiError(400, "`seed` must be an integer from 0 to 2^63-1", "invalid_request_error")
+    sampling = Sampling(
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        seed=seed,
+    )
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "`stream` must be true or false", "invalid_request_error")
+    return Request(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling, stop=stop, loop=loop), stream
+
+
+def _usage(request: Request) -> dict[str, int]:
+    n_prompt = len(request.prompt_ids)
+    return {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": request.completion_tokens,
+        "total_tokens": n_prompt + request.completion_tokens,
+    }
+
+
+async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: dict[str, Any], chat: bool) -> Response:
+    assert state.scheduler is not None
+    parts: list[str] = []
+    try:
+        while True:
+            try:
+                kind, value = await asyncio.wait_for(request.events.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await http.is_disconnected():
+                    state.scheduler.cancel(request)
+                    return Response(status_code=499)
+                continue
+            if kind == "text":
+                parts.append(value)
+            elif kind == "error":
+                return ApiError(500, value, "server_error").response()
+            else:
+                break
+    except asyncio.CancelledError:
+        state.scheduler.cancel(request)
+        raise
+    text = "".join(parts)
+    choice: dict[str, Any] = {"index": 0, "finish_reason": value}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+        obj = "chat.completion"
+    else:
+        choice.update({"text": text, "logprobs": None})
+        obj = "text_completion"
+    return JSONResponse({**meta, "object": obj, "choices": [choice], "usage": _usage(request)})
+
+
+async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: bool) -> AsyncIterator[bytes]:
+    assert state.scheduler is not None
+    obj = "chat.completion.chunk" if chat else "text_completion"
+
+    def event(payload: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps({**meta, "object": obj, **payload}, ensure_ascii=False).encode() + b"\n\n"
+
+    def choice(text: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant"} if first else {}
+            if text:
+                delta["content"] = text
+            return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {"choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]}
+
+    finished = False
+    try:
+        if chat:
+            yield event(choice(None, None, first=True))
+        while True:
+            kind, value = await request.events.get()
+            if kind == "text":
+                yield event(choice(value, None))
+            elif kind == "error":
+                yield b"data: " + json.dumps({"error": {"message": value, "type": "server_error"}}).encode() + b"\n\n"
+                finished = True
+                break
+            else:
+                yield event({**choice(None, value), "usage": _usage(request)})
+                finished = True
+                break
+        yield b"data: [DONE]\n\n"
+    finally:
+        if not finished:  # the client disconnected (the response task was cancelled)
+            state.scheduler.cancel(request)
+
+
+def describe_error(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, EdgekitError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,1 @@
+"""Text around an engine: chat templates (sandboxed), prompts, and a detokenizing stream with stop strings."""

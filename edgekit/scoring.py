@@ -1,0 +1,156 @@
+"""Scoring a model against the stored reference: what validation and the noise floor share.
+
+The reference keeps, per scored token, its top-k token ids and log-probabilities, `tail_samples` tokens
+drawn from the rest of its distribution (for an unbiased KL estimate, see `edgekit.metrics.compare`)
+and the log-probability of the actual next token: 1,028 bytes a token with k = 64 and 64 samples,
+whatever the vocabulary. `evaluate` runs any `LogitsRunner` over the reference's windows and tasks;
+`summarise` turns the per-token comparison into metrics with intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgekit.errors import TokenizerMismatchError
+from edgekit.evaldata import (
+    ChoiceTask,
+    ClozeItem,
+    ItemScore,
+    Windows,
+    cloze_correct,
+    first_difference,
+    score_item,
+    task_correct,
+)
+from edgekit.metrics import ReferenceSlice, TokenComparison, compare, concat, item_bootstrap, token_metrics
+from edgekit.progress import Progress
+
+ARRAYS = ("topk_ids", "topk_logp", "tail_ids", "tail_logp", "target_logp")
+
+
+class LogitsRunner(Protocol):
+    """The validation seam: logits for token ids, one implementation per backend and one for the reference."""
+
+    name: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Return float32 logits of shape (len(ids), vocab) for `ids` evaluated from an empty context."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Reference:
+    """A reference entry, opened: its arrays memory-mapped, rows = scored tokens in window order."""
+
+    key: str
+    path: Path
+    windows: Windows
+    arrays: dict[str, np.ndarray]
+    cloze: list[ClozeItem]
+    cloze_correct: np.ndarray
+    tasks: list[ChoiceTask]
+    task_scores: dict[str, list[ItemScore]]
+    meta: dict[str, Any]
+
+    def window_slice(self, i: int) -> ReferenceSlice:
+        per = self.windows.scored_per_window
+        rows = slice(i * per, (i + 1) * per)
+        return ReferenceSlice(**{name: np.asarray(self.arrays[name][rows]) for name in ARRAYS})
+
+
+def open_arrays(folder: Path) -> dict[str, np.ndarray]:
+    return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+
+
+@dataclass
+class Evaluation:
+    tokens: TokenComparison
+    cloze_correct: np.ndarray
+    task_scores: dict[str, list[ItemScore]]
+
+
+def score_task(task: ChoiceTask, runner: LogitsRunner, progress: Progress, who: str) -> list[ItemScore]:
+    scores = []
+    with progress.task(f"{who}  task {task.name} ({task.questions} questions)", total=len(task.items)) as t:
+        for item in task.items:
+            scores.append(score_item(item, runner.logits(item.ids)))
+            t.advance()
+    return scores
+
+
+def evaluate(runner: LogitsRunner, ref: Reference, progress: Progress, label: str) -> Evaluation:
+    """Run a candidate over the reference's windows and tasks."""
+    parts, correct = [], []
+    windows = ref.windows
+    with progress.task(f"validate  {label}: {windows.count} windows", total=windows.count) as t:
+        for i in range(windows.count):
+            logits = runner.logits(windows.window(i))
+            positions, targets = windows.scored(i)
+            parts.append(compare(ref.window_slice(i), logits[positions], targets))
+            correct += cloze_correct(ref.cloze, i, windows.window(i), logits.argmax(-1))
+            t.advance()
+    tasks = {task.name: score_task(task, runner, progress, f"validate  {label}") for task in ref.tasks}
+    return Evaluation(concat(parts), np.array(correct, dtype=bool), tasks)
+
+
+def check_tokenizer(runner: LogitsRunner, ref: Reference, text: str, backend: str) -> int:
+    """The candidate must tokenize the eval text to the reference's ids; returns tokens compared."""
+    ids = runner.tokenize(text)
+    expected = ref.windows.ids.tolist()
+    diff = first_difference(expected, ids[: len(expected)])
+    if diff is not None:
+        raise TokenizerMismatchError(backend, diff, expected[diff : diff + 5], ids[diff : diff + 5])
+    return len(expected)
+
+
+def save_evaluation(path: Path, evaluation: Evaluation) -> None:
+    cmp = evaluation.tokens
+    np.savez(
+        path,
+        kld=cmp.kld.astype(np.float32),
+        nll=cmp.nll.astype(np.float32),
+        nll_ref=cmp.nll_ref.astype(np.float32),
+        top1=cmp.top1,
+        dp=cmp.dp.astype(np.float32),
+        tail_mass=cmp.tail_mass.astype(np.float32),
+        cloze_correct=evaluation.cloze_correct,
+    )
+
+
+def load_evaluation(path: Path, task_scores: dict[str, list[list[Any]]]) -> Evaluation:
+    data = np.load(path, allow_pickle=False)
+    tokens = TokenComparison(**{f: data[f].astype(np.float64) if f != "top1" else data[f] for f in
+                                ("nll_ref", "nll", "kld", "top1", "dp", "tail_mass")})  # fmt: skip
+    scores = {k: [ItemScore(*s) for s in v] for k, v in task_scores.items()}
+    return Evaluation(tokens, data["cloze_correct"], scores)
+
+
+def summarise(evaluation: Evaluation, ref: Reference, resamples: int, block_tokens: int, seed: int) -> dict[str, Any]:
+    metrics = token_metrics(evaluation.tokens, block_tokens, resamples, seed)
+    tasks: dict[str, Any] = {}
+    if len(ref.cloze):
+        acc = item_bootstrap(ref.cloze_correct, evaluation.cloze_correct, resamples, seed)
+        tasks["cloze"] = {k: v.to_dict() for k, v in acc.items()} | {"kind": "cloze", "questions": len(ref.cloze)}
+    for task in ref.tasks:
+        ref_acc, ref_norm = task_correct(task, ref.task_scores[task.name])
+        cand_acc, cand_norm = task_correct(task, evaluation.task_scores[task.name])
+        acc = item_bootstrap(ref_acc, cand_acc, resamples, seed)
+        norm = item_bootstrap(ref_norm, cand_norm, resamples, seed)
+        tasks[task.name] = {k: v.to_dict() for k, v in acc.items()} | {
+            "kind": task.kind,
+            "questions": task.questions,
+            "acc_norm": {k: v.to_dict() for k, v in norm.items()},
+        }
+    return {"metrics": {k: v.to_dict() for k, v in metrics.items()}, "tasks": tasks}

@@ -1,0 +1,42 @@
+"""The reference tokenizer: the Hugging Face tokenizer every token id of a build comes from.
+
+Loaded at planning time from what the fetch stage will put in the checkpoint: the tokenizer files of
+a local folder or of an hf:// snapshot (downloaded alone, without weights), or the tokenizer a GGUF
+source's metadata describes (rebuilt the way the fetch stage rebuilds it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgekit.sources import hub
+
+
+class HFTokenizer:
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> HFTokenizer:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(folder))
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self._tokenizer(text, add_special_tokens=False).input_ids)
+
+    def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        encoded = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(encoded.input_ids), [tuple(o) for o in encoded.offset_mapping]
+
+
+def reference_tokenizer(kind: str, uri: str, location: str, revision: str | None) -> HFTokenizer:
+    """The tokenizer the checkpoint of this source will carry."""
+    if kind == "gguf":
+        from edgekit.sources.gguf import hf_tokenizer_from_gguf
+
+        return HFTokenizer(hf_tokenizer_from_gguf(Path(location)))
+    if kind == "hf":
+        return HFTokenizer.from_folder(hub.download(uri, revision, hub.SMALL_PATTERNS))
+    return HFTokenizer.from_folder(Path(location))

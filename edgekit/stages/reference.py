@@ -1,0 +1,203 @@
+"""reference: the source checkpoint on torch, scored once per (checkpoint, eval data, dtype, storage settings).
+
+Storage is bounded whatever the vocabulary: per scored token, the reference's top-k token ids and
+log-probabilities, `tail_samples` tokens drawn from the rest of its distribution and the
+log-probability of the actual next token (1,028 bytes a token with k = 64 and 64 samples: about 320 MiB
+for wikitext-2's 330k tokens, for a 32k or a 150k vocabulary alike, where full FP16 logits would be
+21 GiB or 100 GiB). Arrays are written window by window into memory-mapped .npy files and read back
+the same way, so memory does not grow with the eval length. The noise floor (the reference against
+itself in a second dtype) is computed here too. `export_reference` / `import_reference` carry the
+entry from a GPU box to CPU build boxes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.cache import CacheEntry, StageCache
+from edgekit.errors import UsageError
+from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
+from edgekit.metrics import reference_slice
+from edgekit.plan.tasks import Bootstrap, ReferenceTask
+from edgekit.progress import Progress
+from edgekit.scoring import (
+    ARRAYS,
+    Reference,
+    evaluate,
+    load_evaluation,
+    open_arrays,
+    save_evaluation,
+    score_task,
+    summarise,
+)
+from edgekit.stages.context import StageContext
+
+STAGE = "reference"
+NOISE_FILE = "noise_floor.npz"
+
+
+def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+    from edgekit.stages.fetch import checkpoint
+    from edgekit.torch_runner import TorchRunner, resolve_device
+
+    device = resolve_device(task.device, task.dtype)
+    path = checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
+    started = time.time()
+    with ctx.progress.task(f"reference  load checkpoint on torch {device.device} {device.dtype}"):
+        runner = TorchRunner(path, device, ctx.threads)
+    try:
+        windows = task.eval.windows
+        np.save(out / "tokens.npy", windows.ids)
+        k, s = min(task.top_k, runner.vocab_size - 1), task.tail_samples
+        correct = _score_windows(runner, task, windows, k, s, out, ctx.progress)
+        task_records = [_task_record(t, score_task(t, runner, ctx.progress, "reference")) for t in task.eval.tasks]
+        vocab_size = runner.vocab_size
+    finally:
+        runner.close()
+    result: dict[str, Any] = {
+        "device": device.device,
+        "dtype": device.dtype,
+        "device_name": device.name,
+        "context_length": windows.length,
+        "first_scored": windows.first_scored,
+        "tokens": len(windows.ids),
+        "windows": windows.count,
+        "scored_tokens": windows.scored_total,
+        "top_k": k,
+        "tail_samples": s,
+        "vocab_size": vocab_size,
+        "text": {"origin": task.eval.text.origin, "sha256": task.eval.text.sha256},
+        "cloze": {"items": [[c.window, c.start, c.end] for c in task.eval.cloze], "reference_correct": correct},
+        "tasks": task_records,
+        "reference_seconds": round(time.time() - started, 2),
+        "storage_bytes_per_token": (k + s) * 8 + 4,
+        "noise_floor": None,
+    }
+    if task.noise_floor_dtype not in ("none", device.dtype):
+        partial = _open(task, out, result)  # the entry is still being produced: read the arrays just written
+        result["noise_floor"] = _noise_floor(task, device, path, partial, out, ctx)
+    return result
+
+
+def _score_windows(
+    runner: Any, task: ReferenceTask, windows: Windows, k: int, s: int, out: Path, progress: Progress
+) -> list[bool]:
+    n = windows.scored_total
+    shapes = {"topk_ids": (np.int32, (n, k)), "topk_logp": (np.float32, (n, k)), "tail_ids": (np.int32, (n, s)),
+              "tail_logp": (np.float32, (n, s)), "target_logp": (np.float32, (n,))}  # fmt: skip
+    arrays = {
+        name: np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+        for name, (dtype, shape) in shapes.items()
+    }
+    per = windows.scored_per_window
+    cloze = list(task.eval.cloze)
+    correct: list[bool] = []
+    with progress.task(f"reference  {windows.count} windows × {windows.length} tokens", total=windows.count) as t:
+        for i in range(windows.count):
+            logits = runner.logits(windows.window(i))
+            positions, targets = windows.scored(i)
+            ref = reference_slice(logits[positions], targets, k, s, np.random.default_rng([task.seed, i]))
+            rows = slice(i * per, (i + 1) * per)
+            for name in ARRAYS:
+                arrays[name][rows] = getattr(ref, name)
+            correct += cloze_correct(cloze, i, windows.window(i), logits.argmax(-1))
+            t.advance()
+    for array in arrays.values():
+        array.flush()
+    return correct
+
+
+def _task_record(task: Any, scores: list[ItemScore]) -> dict[str, Any]:
+    return {
+        "name": task.name,
+        "kind": task.kind,
+        "sha256": task.sha256,
+        "items": [[list(i.ids), i.split, i.group, i.choice, i.answer, i.nbytes] for i in task.items],
+        "reference_scores": [[s.loglik, s.greedy] for s in scores],
+    }
+
+
+def _open(task: ReferenceTask, folder: Path, result: dict[str, Any], key: str = "") -> Reference:
+    windows = Windows(np.load(folder / "tokens.npy"), result["context_length"], result["first_scored"])
+    scores = {t["name"]: [ItemScore(*s) for s in t["reference_scores"]] for t in result["tasks"]}
+    return Reference(
+        key=key,
+        path=folder,
+        windows=windows,
+        arrays=open_arrays(folder),
+        cloze=[ClozeItem(*c) for c in result["cloze"]["items"]],
+        cloze_correct=np.array(result["cloze"]["reference_correct"], dtype=bool),
+        tasks=list(task.eval.tasks),
+        task_scores=scores,
+        meta=result,
+    )
+
+
+def load_reference(task: ReferenceTask, entry: CacheEntry) -> Reference:
+    ref = _open(task, entry.path, entry.result, entry.key)
+    # What producing the entry took (reference pass, tasks and noise floor), for the reuse figures.
+    ref.meta = {**entry.result, "entry_seconds": entry.meta.get("seconds")}
+    return ref
+
+
+def _noise_floor(
+    task: ReferenceTask, device: Any, checkpoint: Path, ref: Reference, out: Path, ctx: StageContext
+) -> dict[str, Any]:
+    """The reference against itself in a second dtype: what 'no quantization error' looks like here."""
+    from edgekit.torch_runner import ReferenceDevice, TorchRunner
+
+    second = ReferenceDevice(device.device, task.noise_floor_dtype, device.name)
+    with ctx.progress.task(f"reference  noise floor: load torch {second.device} {second.dtype}"):
+        runner = TorchRunner(checkpoint, second, ctx.threads)
+    try:
+        evaluation = evaluate(runner, ref, ctx.progress, f"noise floor ({second.dtype})")
+    finally:
+        runner.close()
+    save_evaluation(out / NOISE_FILE, evaluation)
+    return {
+        "dtype": second.dtype,
+        "file": NOISE_FILE,
+        "task_scores": {k: [[s.loglik, s.greedy] for s in v] for k, v in evaluation.task_scores.items()},
+    }
+
+
+def noise_floor_metrics(ref: Reference, bootstrap: Bootstrap) -> dict[str, Any] | None:
+    noise = ref.meta.get("noise_floor")
+    if not noise:
+        return None
+    evaluation = load_evaluation(ref.path / noise["file"], noise["task_scores"])
+    summary = summarise(evaluation, ref, bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
+    return {"dtype": noise["dtype"], **summary, "token_file": str(ref.path / noise["file"])}
+
+
+def export_reference(entry: CacheEntry, dest: Path) -> Path:
+    """Copy a reference cache entry so another machine can import it into its cache."""
+    target = dest / f"{STAGE}-{entry.key}"
+    shutil.copytree(entry.path, target)
+    return target
+
+
+def import_reference(src: Path, cache: StageCache) -> CacheEntry:
+    try:
+        meta = json.loads((src / "entry.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    if meta.get("stage") != STAGE or "key" not in meta:
+        raise UsageError(f"{src} is not a reference exported by `edgekit reference --export`")
+    final = cache.entry_path(STAGE, meta["key"])
+    if not final.exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.pid{os.getpid()}.partial")
+        shutil.copytree(src, tmp)
+        os.replace(tmp, final)
+    found = cache.lookup(STAGE, meta["key"])
+    if found is None:
+        raise UsageError(f"{src} is incomplete or damaged (file sizes differ from its entry.json)")
+    return found

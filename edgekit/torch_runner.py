@@ -1,0 +1,93 @@
+"""The reference model: the source checkpoint on torch + transformers.
+
+FP16 on CUDA when a GPU is present, otherwise the CPU in FP32 (FP16/BF16 selectable). The
+resolved device and dtype are reported with every figure that depends on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import MissingDependencyError, UsageError
+
+
+@dataclass(frozen=True)
+class ReferenceDevice:
+    device: str  # "cuda" or "cpu"
+    dtype: str  # "float32", "float16" or "bfloat16"
+    name: str  # "NVIDIA A10G", "Intel(R) Xeon(R) ..."
+
+
+def resolve_device(device: str, dtype: str) -> ReferenceDevice:
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError("torch (needed for the reference)", "gguf") from None
+    has_cuda = torch.cuda.is_available()
+    if device == "cuda" and not has_cuda:
+        raise UsageError(
+            "[validation] reference_device = 'cuda' but no CUDA device is available",
+            "use 'auto' to fall back to the CPU, or run `edgekit reference` on a GPU box and copy the cache",
+        )
+    chosen = "cuda" if device == "cuda" or (device == "auto" and has_cuda) else "cpu"
+    if dtype == "auto":
+        dtype = "float16" if chosen == "cuda" else "float32"
+    if chosen == "cuda":
+        name = torch.cuda.get_device_name(0)
+    else:
+        import platform
+
+        name = _cpu_name() or platform.processor() or platform.machine()
+    return ReferenceDevice(chosen, dtype, name)
+
+
+def _cpu_name() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+class TorchRunner:
+    """Logits for token ids from the HF checkpoint."""
+
+    def __init__(self, checkpoint: Path, device: ReferenceDevice, threads: int | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from edgekit.sources.tokenizer import HFTokenizer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.name = f"torch {device.device} {device.dtype}"
+        self.device = device
+        self._torch = torch
+        self._tokenizer = HFTokenizer.from_folder(checkpoint)
+        self._model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, dtype=getattr(torch, device.dtype), use_safetensors=True
+        ).to(device.device)
+        self._model.eval()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._model.config.vocab_size)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenizer.tokenize(text)
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        torch = self._torch
+        with torch.inference_mode():
+            batch = torch.tensor([list(ids)], dtype=torch.long, device=self.device.device)
+            out = self._model(input_ids=batch, use_cache=False).logits[0]
+            return out.float().cpu().numpy()
+
+    def close(self) -> None:
+        del self._model
