@@ -130,7 +130,7 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
 
 def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
-    checkpoint = fetch.checkpoint(task.checkpoint, entries[task.checkpoint.key])
+    checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
     artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
     kept = [a for a in artifacts if a.name not in outcome.excluded]
     bench = _bench_result(task, entries)

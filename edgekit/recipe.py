@@ -40,6 +40,10 @@ class ModelSection(_Section):
     allow_pickle: bool = False
     allow_patterns: tuple[str, ...] | None = None
     trust_remote_code: Literal[False] = False
+    tokenizer: str | None = Field(
+        None, description="the model's original tokenizer files: hf://ORG/NAME (with tokenizer_revision) or a folder"
+    )
+    tokenizer_revision: str | None = Field(None, description="branch, tag or commit sha of an hf:// tokenizer")
 
     @field_validator("source")
     @classmethod
@@ -68,7 +72,19 @@ class ModelSection(_Section):
             )
         if self.revision and not self.source.startswith("hf://"):
             raise ValueError("`revision` only applies to hf:// sources; remove it")
+        hub_tokenizer = (self.tokenizer or "").startswith("hf://")
+        if hub_tokenizer and not self.tokenizer_revision:
+            raise ValueError("an hf:// `tokenizer` needs a pinned `tokenizer_revision` (a commit sha, branch or tag)")
+        if self.tokenizer_revision and not hub_tokenizer:
+            raise ValueError("`tokenizer_revision` only applies to an hf:// `tokenizer`; remove it")
         return self
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_form(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("hf://") and not re.fullmatch(r"hf://[\w.-]+/[\w.-]+", value):
+            raise ValueError("expected hf://ORG/NAME or a local folder")
+        return value
 
 
 class TargetSpec(_Section):

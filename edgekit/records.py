@@ -21,7 +21,7 @@ class SourceFile:
 class Checkpoint:
     """A Hugging Face checkpoint folder that the reference and every backend start from."""
 
-    path: Path
+    path: Path | None  # None: the fetch did not run (only GGUF artifacts of a GGUF source were needed)
     key: str  # content key of the fetch task
     uri: str
     revision: str | None  # resolved commit sha for hf://, None otherwise

@@ -34,6 +34,16 @@ class BuildEnv:
     threads: int | None = None
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a backend may check before any weights are fetched: is this architecture one it can convert?"""
+
+    kind: str  # "hf", "dir" (a Hugging Face folder) or "gguf"
+    architecture: str  # "LlamaForCausalLM" (config.json) or the GGUF's general.architecture ("llama")
+    model_type: str | None  # transformers' model_type; for a GGUF, as transformers reads it (None: it cannot)
+    location: Path  # the folder holding config.json and the tokenizer files, or the GGUF file
+
+
 class BuildBackend(ABC):
     """The build side of a backend: what it accepts in a recipe, how it converts and quantizes."""
 
@@ -43,6 +53,7 @@ class BuildBackend(ABC):
     required_modules: ClassVar[tuple[str, ...]] = ()
     options_model: ClassVar[type[BaseModel]] = NoOptions
     default_scheme_gates: ClassVar[dict[str, Gates]] = {}
+    converts_gguf: ClassVar[bool] = False  # converts a GGUF source itself (no dequantized checkpoint needed)
 
     def available(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.required_modules)
@@ -75,6 +86,12 @@ class BuildBackend(ABC):
         self, checkpoint: Checkpoint, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
     ) -> None:
         """Write the unquantized intermediate form (e.g. GGUF F16) of `checkpoint` into `out_dir`."""
+
+    def convert_gguf(
+        self, source: Path, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
+    ) -> None:
+        """Write the unquantized intermediate form of a GGUF source file (when `converts_gguf`)."""
+        raise NotImplementedError(f"the {self.name} backend converts checkpoints, not GGUF files")
 
     @abstractmethod
     def quantize(

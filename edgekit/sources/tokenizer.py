@@ -12,6 +12,10 @@ from typing import Any
 
 from edgekit.sources import hub
 
+# The files a Hugging Face tokenizer is made of (and what `[model] tokenizer` takes from its folder).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")  # fmt: skip
+
 
 class HFTokenizer:
     def __init__(self, tokenizer: Any) -> None:
@@ -31,8 +35,10 @@ class HFTokenizer:
         return list(encoded.input_ids), [tuple(o) for o in encoded.offset_mapping]
 
 
-def reference_tokenizer(kind: str, uri: str, location: str, revision: str | None) -> HFTokenizer:
-    """The tokenizer the checkpoint of this source will carry."""
+def reference_tokenizer(kind: str, uri: str, location: str, revision: str | None, tokenizer: str = "") -> HFTokenizer:
+    """The tokenizer the checkpoint of this source will carry (`tokenizer`: the folder of `[model] tokenizer`)."""
+    if tokenizer:
+        return HFTokenizer.from_folder(Path(tokenizer))
     if kind == "gguf":
         from edgekit.sources.gguf import hf_tokenizer_from_gguf
 

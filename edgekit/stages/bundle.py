@@ -29,9 +29,10 @@ from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.records import Artifact, Checkpoint
 from edgekit.runtime.config import render_runtime_toml
+from edgekit.sources.tokenizer import TOKENIZER_FILES
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json", "config.json")  # fmt: skip
+# tokenizer/ in the bundle: the tokenizer files, and the configs that say how it is used (BOS, EOS).
+BUNDLED_TOKENIZER = (*TOKENIZER_FILES, "generation_config.json", "config.json")
 RUNTIME_DEFAULTS = (
     "use_mlock",
     "n_ctx",
@@ -59,8 +60,8 @@ def stage_files(
     """Copy the artifacts, tokenizer, recipe, runtime config and launcher into `tmp`; return the artifact records."""
     ensure_free_space(tmp.parent, sum(a.size for a in artifacts) + 16 * 2**20)
     records = [_artifact_record(tmp, a, verdicts) for a in artifacts]
-    for name in TOKENIZER_FILES:
-        if (checkpoint.path / name).is_file():
+    for name in BUNDLED_TOKENIZER:
+        if checkpoint.path is not None and (checkpoint.path / name).is_file():
             _copy(checkpoint.path / name, tmp / "tokenizer" / name)
     write_text_atomic(tmp / "recipe.toml", task.recipe_text)
     write_text_atomic(tmp / "runtime.toml", render_runtime_toml(runtime))

@@ -18,6 +18,9 @@ from edgekit.stages.context import StageContext
 def run(task: ConvertTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     backend = build_backend(task.backend)
     backend.require()
-    checkpoint = fetch.checkpoint(task.checkpoint, ctx.entry(task.checkpoint))
-    backend.convert(checkpoint, out, ctx.env, ctx.progress, task.provenance)
-    return {"backend": task.backend}
+    if task.direct:
+        backend.convert_gguf(Path(task.checkpoint.location), out, ctx.env, ctx.progress, task.provenance)
+    else:
+        checkpoint = fetch.checkpoint(task.checkpoint, ctx.entry(task.checkpoint))
+        backend.convert(checkpoint, out, ctx.env, ctx.progress, task.provenance)
+    return {"backend": task.backend, "from": "the GGUF source file" if task.direct else "the fetched checkpoint"}

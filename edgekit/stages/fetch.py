@@ -17,20 +17,39 @@ from typing import Any
 from edgekit.errors import SourceError, StageError
 from edgekit.fsutil import ensure_free_space
 from edgekit.hashing import sha256_file
-from edgekit.plan.tasks import FetchTask
+from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.records import Checkpoint, SourceFile
 from edgekit.sources import PICKLE_SUFFIXES, hub
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files
+from edgekit.sources.tokenizer import TOKENIZER_FILES
 from edgekit.stages.context import StageContext
 
 CHECKPOINT_DIR = "checkpoint"
 
 
 def run(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+    result = _materialise(task, ctx, out / CHECKPOINT_DIR)
+    if task.tokenizer is not None:
+        _replace_tokenizer(task.tokenizer, out / CHECKPOINT_DIR)
+        result["notes"] = [*result.get("notes", []), f"tokenizer files from {task.tokenizer.uri} ([model] tokenizer)"]
+    return result
+
+
+def _replace_tokenizer(tokenizer: TokenizerSource, checkpoint: Path) -> None:
+    """The model's original tokenizer files instead of the source's (or the one rebuilt from a GGUF)."""
+    for name in TOKENIZER_FILES:
+        (checkpoint / name).unlink(missing_ok=True)
+    for f in tokenizer.files:
+        _link_or_copy(Path(tokenizer.location) / f.path, checkpoint / f.path)
+        if sha256_file(checkpoint / f.path) != f.sha256:
+            raise SourceError(f"{tokenizer.uri}: {f.path} changed while it was being copied", "run the build again")
+
+
+def _materialise(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     if task.kind == "gguf":
         with ctx.progress.task(f"fetch  dequantize {Path(task.location).name} into a checkpoint"):
-            return _materialise_gguf(Path(task.location), out / CHECKPOINT_DIR)
+            return _materialise_gguf(Path(task.location), out)
     folder, files = Path(task.location), task.files
     if task.kind == "hf":
         with ctx.progress.task(f"fetch  hf://{hub.repo_id(task.uri)}@{task.revision}"):
@@ -39,18 +58,19 @@ def run(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         files = tuple(source_file(p, p.relative_to(folder).as_posix(), ctx.cache_root) for p in chosen)
         hub.check_recorded_hashes(ctx.cache_root, task.uri, str(task.revision), files)
     with ctx.progress.task(f"fetch  materialise checkpoint ({task.kind})"):
-        result = _materialise_folder(task.uri, folder, files, out / CHECKPOINT_DIR)
+        result = _materialise_folder(task.uri, folder, files, out)
     return {**result, "files": [f.to_dict() for f in files]}
 
 
-def checkpoint(task: FetchTask, entry: Any) -> Checkpoint:
-    """The checkpoint a finished fetch entry holds."""
-    result = entry.result
+def checkpoint(task: FetchTask, entry: Any | None) -> Checkpoint:
+    """The checkpoint a finished fetch entry holds; without one (nothing needed the dequantized checkpoint of a
+    GGUF source), the source's provenance alone, with no folder."""
+    result = entry.result if entry is not None else {"reconstructed_from": task.reconstructed_from}
     files = tuple(SourceFile(**f) for f in result.get("files", [])) or task.files
     package = (f"source package: {task.package}",) if task.package else ()
     return Checkpoint(
-        path=entry.path / CHECKPOINT_DIR,
-        key=entry.key,
+        path=entry.path / CHECKPOINT_DIR if entry is not None else None,
+        key=task.key,
         uri=task.uri,
         revision=task.revision,
         files=files,

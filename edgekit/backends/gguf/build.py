@@ -19,12 +19,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner
+from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf.gates import DEFAULT_GATES
 from edgekit.backends.gguf.info import tensor_summary
+from edgekit.errors import StageError
 from edgekit.fsutil import ensure_free_space
 from edgekit.gates import Gates
+from edgekit.hashing import sha256_file
+from edgekit.memo import remembered
 from edgekit.progress import Progress
 from edgekit.records import Checkpoint
 from edgekit.versions import dist_version
@@ -33,17 +36,33 @@ F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"
 CONVERT_LOG = "convert.log"
 QUANTIZE_LOG = "quantize.log"
+QUANTIZE_CHILD = "edgekit.backends.gguf.quantize_child"
 FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w+)")
 
 
 class GGUFBuild(BuildBackend):
     name = "gguf"
+    converts_gguf = True
     schemes = ("Q4_K_M", "Q5_K_M", "Q8_0", "F16")
     extra = "gguf"
     required_modules = ("llama_cpp", "gguf", "torch", "transformers")
     default_scheme_gates: ClassVar[dict[str, Gates]] = DEFAULT_GATES
     # Approximate bytes per parameter of each scheme, for the disk-space check before writing.
     bytes_per_param: ClassVar[dict[str, float]] = {"F16": 2.0, "Q8_0": 1.07, "Q5_K_M": 0.72, "Q4_K_M": 0.62}
+
+    def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
+        """A GGUF source: llama.cpp must read its vocabulary. A checkpoint: llama.cpp's converter must know its
+        architecture and tokenizer, which a vocabulary-only conversion (seconds, no weights read) shows."""
+        if model.kind == "gguf":
+            from edgekit.sources.gguf import llama_cpp_reads
+
+            return llama_cpp_reads(model.location)
+        from edgekit.toolchain import get_converter
+
+        converter = get_converter(env.llama_cpp_dir)
+        files = sorted(p for p in model.location.iterdir() if p.is_file() and p.suffix in (".json", ".model", ".txt"))
+        inputs = {"converter": converter.identity(), "files": [[p.name, sha256_file(p)] for p in files]}
+        return remembered(env.cache_root, "support-checks", inputs, lambda: _vocab_only(converter.script, model))
 
     def versions(self, env: BuildEnv) -> dict[str, str | None]:
         from edgekit.toolchain import get_converter
@@ -78,6 +97,23 @@ class GGUFBuild(BuildBackend):
             stamp_metadata(raw, out_dir / F16_FILE, provenance)
         raw.unlink()
 
+    def convert_gguf(
+        self, source: Path, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
+    ) -> None:
+        """A GGUF source as the F16 GGUF every scheme quantizes from, without a trip through transformers.
+
+        llama.cpp's quantizer dequantizes and writes F16 (`allow_requantize`); it copies every metadata key
+        of the source (tokenizer, pre-tokenizer, chat template, special tokens, RoPE settings) unchanged.
+        """
+        ensure_free_space(out_dir, 6 * source.stat().st_size)  # F16 of a 4-bit source, and its stamped copy
+        raw = out_dir / "dequantized.gguf"
+        cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(raw), "F16", "0", "--allow-requantize"]
+        with progress.task(f"convert  GGUF → GGUF F16 ({source.name}, llama_model_quantize)"):
+            run_logged(cmd, out_dir / CONVERT_LOG, "convert")
+        with progress.task("convert  stamp provenance metadata"):
+            stamp_metadata(raw, out_dir / F16_FILE, provenance)
+        raw.unlink()
+
     def quantize(
         self,
         converted: Path,
@@ -96,7 +132,7 @@ class GGUFBuild(BuildBackend):
         if scheme == "F16":
             shutil.copyfile(source, target)
         else:
-            cmd = [sys.executable, "-m", "edgekit.backends.gguf.quantize_child", str(source), str(target), scheme, "0"]
+            cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(target), scheme, "0"]
             with progress.task(f"quantize  GGUF {scheme} (llama_model_quantize)"):
                 log = run_logged(cmd, out_dir / QUANTIZE_LOG, f"quantize {scheme}")
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
@@ -156,6 +192,21 @@ class LlamaLogitsRunner:
 
     def close(self) -> None:
         self._llm.close()
+
+
+def _vocab_only(script: Path, model: ModelInfo) -> str | None:
+    """Why llama.cpp's converter refuses the checkpoint's architecture or tokenizer, or None."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-vocab-") as tmp:
+        cmd = [sys.executable, str(script), str(model.location), "--vocab-only", "--outfile", f"{tmp}/vocab.gguf"]
+        try:
+            run_logged(cmd, Path(tmp) / "convert.log", "convert", env={"NO_LOCAL_GGUF": ""})
+        except StageError as exc:
+            lines = [line.strip() for line in exc.message.splitlines() if line.strip()]
+            reason = next((line for line in reversed(lines) if "Error" in line or "not supported" in line), lines[-1])
+            return f"llama.cpp's converter refuses {model.architecture}: {reason}"
+    return None
 
 
 def stamp_metadata(src: Path, dst: Path, values: dict[str, str]) -> None:

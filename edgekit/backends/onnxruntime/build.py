@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner
+from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
@@ -80,6 +80,13 @@ class ONNXRuntimeBuild(BuildBackend):
 
     def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
         return isinstance(options, ONNXRuntimeOptions) and options.outlier_ratio is not None
+
+    def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
+        from edgekit.backends.optimum_support import exporter_reason
+
+        if model.model_type is None:
+            return super().unsupported(model, env)
+        return exporter_reason(model.model_type, "onnx", env.cache_root)
 
     def versions(self, env: BuildEnv) -> dict[str, str | None]:
         return {

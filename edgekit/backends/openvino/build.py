@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner
+from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.openvino.gates import DEFAULT_GATES
@@ -105,6 +105,13 @@ class OpenVINOBuild(BuildBackend):
 
     def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
         return scheme == "INT4" and isinstance(options, OpenVINOOptions) and data_aware(options)
+
+    def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
+        from edgekit.backends.optimum_support import exporter_reason
+
+        if model.model_type is None:
+            return super().unsupported(model, env)
+        return exporter_reason(model.model_type, "openvino", env.cache_root)
 
     def versions(self, env: BuildEnv) -> dict[str, str | None]:
         return {

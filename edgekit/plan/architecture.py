@@ -1,0 +1,70 @@
+"""Which requested backends can take this model's architecture: checked before any weights are downloaded.
+
+A Hugging Face source is judged from its config.json and tokenizer files (an hf:// source downloads only
+those at planning time); a GGUF source from its header. Each backend says why it cannot convert the model
+(`BuildBackend.unsupported`); the reference needs transformers to build the model. A required target that
+cannot be built stops the plan (exit 2, naming the architecture and the backend); an optional one is left
+out, and the report says why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgekit.backends.base import BuildEnv, ModelInfo
+from edgekit.errors import RecipeError, RecipeProblem
+from edgekit.plan.tasks import FetchTask, SkippedTarget
+from edgekit.recipe import Recipe, Target
+from edgekit.registry import build_backend
+from edgekit.sources import hub
+
+
+def model_info(fetch: FetchTask) -> ModelInfo:
+    if fetch.kind == "gguf":
+        return _gguf_info(Path(fetch.location))
+    folder = hub.download(fetch.uri, fetch.revision, hub.SMALL_PATTERNS) if fetch.kind == "hf" else Path(fetch.location)
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    architecture = (config.get("architectures") or ["(no architectures in config.json)"])[0]
+    return ModelInfo(fetch.kind, architecture, config.get("model_type"), folder)
+
+
+def _gguf_info(path: Path) -> ModelInfo:
+    from edgekit.sources.gguf import describe_gguf, transformers_model_type
+
+    return ModelInfo("gguf", str(describe_gguf(path)["architecture"]), transformers_model_type(path), path)
+
+
+def reference_reason(model: ModelInfo) -> str | None:
+    """Why transformers cannot build the reference model, or None."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if model.model_type is None:
+        return f"transformers' GGUF loader does not read the {model.architecture} architecture"
+    if model.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return f"transformers has no causal LM for model type {model.model_type!r} ({model.architecture})"
+    return None
+
+
+def buildable_targets(
+    recipe: Recipe, fetch: FetchTask, env: BuildEnv
+) -> tuple[list[Target], tuple[SkippedTarget, ...]]:
+    """The targets whose backend can take this architecture; optional others are skipped, required ones refused."""
+    model = model_info(fetch)
+    problems: list[RecipeProblem] = []
+    if recipe.spec.validation.enabled and (why := reference_reason(model)):
+        fix = "set [validation] enabled = false to build without a sign-off, or use a Hugging Face checkpoint"
+        problems.append(RecipeProblem("validation", f"the reference cannot be built: {why}; {fix}"))
+    kept, skipped = [], []
+    for i, target in enumerate(recipe.targets):
+        why = build_backend(target.backend).unsupported(model, env)
+        if why is None:
+            kept.append(target)
+        elif target.required:
+            problem = f"the {target.backend} backend cannot build {model.architecture}: {why}"
+            problems.append(RecipeProblem(f"targets[{i}].backend", f"{problem}; remove it or set required = false"))
+        else:
+            skipped.append(SkippedTarget(target.name, target.backend, target.scheme, why))
+    if problems:
+        raise RecipeError(recipe.path, problems)
+    return kept, tuple(skipped)
