@@ -71,6 +71,10 @@ class BuildBackend(ABC):
         """Whether quantizing `scheme` with `options` reads calibration text (data-aware compression)."""
         return False
 
+    def resolve_options(self, scheme: str, options: BaseModel) -> BaseModel:
+        """Options as this build machine resolves them (what "unset" means here); they enter the cache key."""
+        return options
+
     def default_gates(self, scheme: str) -> Gates:
         return self.default_scheme_gates.get(scheme, Gates())
 

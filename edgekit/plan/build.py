@@ -163,7 +163,7 @@ def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: Ref
         converted=convert,
         backend=target.backend,
         scheme=target.scheme,
-        options=target.options.model_dump(mode="json"),
+        options=backend.resolve_options(target.scheme, target.options).model_dump(mode="json"),
         versions=convert.versions,
         calibration=calibration,
         name=target.name,

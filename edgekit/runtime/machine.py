@@ -23,6 +23,25 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as the kernel lists them (x86 `flags`, Arm `Features`), lower case."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.lower().split())
+    return frozenset()
+
+
+def has_int8_dot_product() -> bool:
+    """A CPU with 8-bit dot-product instructions: x86 VNNI (AVX-512 or AVX) or Arm dotprod (`asimddp`)."""
+    flags = cpu_flags()
+    return bool(flags & {"avx512_vnni", "avx_vnni", "asimddp"}) or platform.machine() not in ("x86_64", "AMD64")
+
+
 def logical_cores() -> int:
     """CPUs this process may run on (its affinity: a container or numactl may give fewer)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

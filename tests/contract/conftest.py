@@ -45,15 +45,14 @@ def checkpoint(contract_cache: StageCache, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="session")
-def reference(checkpoint: Checkpoint) -> tuple[list[int], np.ndarray]:
-    """The reference's token ids and float32 logits of REFERENCE_TEXT (torch, CPU, FP32)."""
-    from _contract import REFERENCE_TEXT
+def reference(checkpoint: Checkpoint) -> list[tuple[str, list[int], np.ndarray]]:
+    """The reference's token ids and float32 logits of each of REFERENCE_TEXTS (torch, CPU, FP32)."""
+    from _contract import REFERENCE_TEXTS
 
     from edgekit.torch_runner import ReferenceDevice, TorchRunner
 
     runner = TorchRunner(checkpoint.path, ReferenceDevice("cpu", "float32", "cpu"), threads=2)
     try:
-        ids = runner.tokenize(REFERENCE_TEXT)
-        return ids, runner.logits(ids)
+        return [(text, ids, runner.logits(ids)) for text in REFERENCE_TEXTS for ids in [runner.tokenize(text)]]
     finally:
         runner.close()

@@ -35,7 +35,7 @@ gguf-legacy = "edgekit_legacy_quants:SPEC"
 [tool.setuptools]
 packages = ["edgekit_legacy_quants"]
 """
-SPEC_MODULE = '''
+SPEC_MODULE = """
 from edgekit.registry import BackendSpec
 
 SPEC = BackendSpec(
@@ -44,8 +44,8 @@ SPEC = BackendSpec(
     engine="edgekit.backends.gguf.engine:open_engine",
     runtime_extra="runtime",
 )
-'''
-BUILD_MODULE = '''
+"""
+BUILD_MODULE = """
 from edgekit.backends.gguf.build import GGUFBuild
 
 
@@ -54,7 +54,7 @@ class LegacyQuants(GGUFBuild):
     schemes = ("Q4_0", "Q5_0")
     default_scheme_gates = {}
     bytes_per_param = {"Q4_0": 0.57, "Q5_0": 0.69}
-'''
+"""
 
 
 def install_plugin(tmp_path: Path) -> Path:
