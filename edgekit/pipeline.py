@@ -38,6 +38,7 @@ class BuildResult:
     failed_required: list[str]
     excluded: list[str]
     seconds: float
+    skipped: dict[str, str] = field(default_factory=dict)  # optional targets whose backend cannot take the model
     stage_seconds: dict[str, float] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
@@ -100,6 +101,7 @@ def build_plan(
         seconds=time.time() - started,
         stage_seconds={**_stage_seconds(events), "bundle+report": time.time() - bundle_started},
         reused=_reused(events),
+        skipped={t.name: t.reason for t in task.skipped},
         events=list(events),
     )
 
@@ -196,6 +198,10 @@ def _report_rows(
         verdict = outcome.verdicts[artifact.name]
         rows.append({"name": artifact.name, "verdict": verdict, "excluded": True, **described,
                      **outcome.results[artifact.name]})  # fmt: skip
+    for skipped in task.skipped:
+        rows.append({"name": skipped.name, "backend": skipped.backend, "scheme": skipped.scheme, "required": False,
+                     "verdict": "not built", "reasons": [skipped.reason], "metrics": None,
+                     "excluded": True})  # fmt: skip
     return rows
 
 

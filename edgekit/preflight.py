@@ -45,6 +45,27 @@ def check_eval_files(recipe: Recipe) -> list[RecipeProblem]:
     return problems
 
 
+def check_tokenizer_source(recipe: Recipe) -> list[RecipeProblem]:
+    """`[model] tokenizer` exists: a folder, or a pinned revision of an hf:// repository."""
+    from edgekit.sources import hub
+    from edgekit.sources.local import local_path
+
+    model = recipe.spec.model
+    if model.tokenizer is None:
+        return []
+    if model.tokenizer.startswith("hf://"):
+        found = hub.check_hub_source(model.tokenizer, model.tokenizer_revision, False, True)
+        return [RecipeProblem("model.tokenizer", found.problem)] if found else []
+    try:
+        folder = local_path(model.tokenizer, recipe.base_dir)
+    except SourceError as exc:
+        return [RecipeProblem("model.tokenizer", exc.message)]
+    if not folder.is_dir():
+        return [RecipeProblem("model.tokenizer", f"{model.tokenizer}: no such folder ({folder}); point it at the "
+                              "folder holding the model's tokenizer files")]  # fmt: skip
+    return []
+
+
 def check_output(final: Path, *, from_recipe: bool) -> list[RecipeProblem]:
     """`final` (the bundle folder) can be created, and replacing it would only replace an edgekit bundle."""
     key = "bundle.output_dir" if from_recipe else "--out"
@@ -90,6 +111,7 @@ def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False
             locate_local(model.source, recipe.base_dir, model.allow_pickle)  # exists, right kind; not hashed yet
     except SourceError as exc:
         problems.append(RecipeProblem("model.source", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else "")))
+    problems += check_tokenizer_source(recipe)
     problems += check_eval_files(recipe)
     if final is not None:
         problems += check_output(final, from_recipe=not out_given)

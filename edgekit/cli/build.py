@@ -52,6 +52,8 @@ def build(
         )
     optional = {t.name for t in loaded.targets if not t.required}
     _render_verdicts(result.verdicts, result.excluded, optional)
+    for name, reason in result.skipped.items():
+        console.print(f"[yellow]{name}: not built[/] (required = false): {reason}", highlight=False)
     console.print(f"bundle: [bold]{result.bundle}[/]  ({result.seconds:.1f} s); the reasons: report.md, report.html")
     if result.failed_required:
         raise GateFailure(result.failed_required, result.bundle)

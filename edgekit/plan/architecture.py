@@ -14,45 +14,54 @@ from pathlib import Path
 
 from edgekit.backends.base import BuildEnv, ModelInfo
 from edgekit.errors import RecipeError, RecipeProblem
+from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask, SkippedTarget
 from edgekit.recipe import Recipe, Target
 from edgekit.registry import build_backend
 from edgekit.sources import hub
+from edgekit.versions import dist_version
 
 
-def model_info(fetch: FetchTask) -> ModelInfo:
-    if fetch.kind == "gguf":
-        return _gguf_info(Path(fetch.location))
+def model_info(fetch: FetchTask, cache_root: Path) -> ModelInfo:
+    if fetch.kind == "gguf":  # reading the header with transformers takes seconds: remember it by the file's hash
+        found = remembered(cache_root, "model-info", {"source": fetch.key}, lambda: _gguf_info(Path(fetch.location)))
+        return ModelInfo(found["kind"], found["architecture"], found["model_type"], Path(fetch.location))
     folder = hub.download(fetch.uri, fetch.revision, hub.SMALL_PATTERNS) if fetch.kind == "hf" else Path(fetch.location)
     config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
     architecture = (config.get("architectures") or ["(no architectures in config.json)"])[0]
     return ModelInfo(fetch.kind, architecture, config.get("model_type"), folder)
 
 
-def _gguf_info(path: Path) -> ModelInfo:
+def _gguf_info(path: Path) -> dict[str, str | None]:
     from edgekit.sources.gguf import describe_gguf, transformers_model_type
 
-    return ModelInfo("gguf", str(describe_gguf(path)["architecture"]), transformers_model_type(path), path)
+    architecture = str(describe_gguf(path)["architecture"])
+    return {"kind": "gguf", "architecture": architecture, "model_type": transformers_model_type(path)}
 
 
-def reference_reason(model: ModelInfo) -> str | None:
+def reference_reason(model: ModelInfo, cache_root: Path) -> str | None:
     """Why transformers cannot build the reference model, or None."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     if model.model_type is None:
         return f"transformers' GGUF loader does not read the {model.architecture} architecture"
-    if model.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    inputs = {"model_type": model.model_type, "transformers": dist_version("transformers")}
+    if not remembered(cache_root, "support-checks", inputs, lambda: _causal_lm(str(model.model_type))):
         return f"transformers has no causal LM for model type {model.model_type!r} ({model.architecture})"
     return None
+
+
+def _causal_lm(model_type: str) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
 def buildable_targets(
     recipe: Recipe, fetch: FetchTask, env: BuildEnv
 ) -> tuple[list[Target], tuple[SkippedTarget, ...]]:
     """The targets whose backend can take this architecture; optional others are skipped, required ones refused."""
-    model = model_info(fetch)
+    model = model_info(fetch, env.cache_root)
     problems: list[RecipeProblem] = []
-    if recipe.spec.validation.enabled and (why := reference_reason(model)):
+    if recipe.spec.validation.enabled and (why := reference_reason(model, env.cache_root)):
         fix = "set [validation] enabled = false to build without a sign-off, or use a Hugging Face checkpoint"
         problems.append(RecipeProblem("validation", f"the reference cannot be built: {why}; {fix}"))
     kept, skipped = [], []
@@ -65,6 +74,9 @@ def buildable_targets(
             problems.append(RecipeProblem(f"targets[{i}].backend", f"{problem}; remove it or set required = false"))
         else:
             skipped.append(SkippedTarget(target.name, target.backend, target.scheme, why))
+    if not kept and not problems:
+        problems.append(RecipeProblem("targets", "no target can be built: " + "; ".join(
+            f"{t.name}: {t.reason}" for t in skipped)))  # fmt: skip
     if problems:
         raise RecipeError(recipe.path, problems)
     return kept, tuple(skipped)

@@ -13,8 +13,10 @@ import dataclasses
 from pathlib import Path
 
 from edgekit.errors import SourceError
+from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.recipe import ModelSection
+from edgekit.records import SourceFile
 from edgekit.sources import PICKLE_SUFFIXES, hub
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files, local_path, locate_local
@@ -43,14 +45,16 @@ def _local_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchT
         kind=found.kind,
         location=str(found.path),
         package=package_version(found.package) if found.package else None,
-        reconstructed_from=_reconstructed_from(found.path) if found.kind == "gguf" else None,
+        reconstructed_from=_reconstructed_from(found.path, files[0], cache_root) if found.kind == "gguf" else None,
     )
 
 
-def _reconstructed_from(gguf: Path) -> str:
+def _reconstructed_from(gguf: Path, hashed: SourceFile, cache_root: Path) -> str:
+    """ "GGUF Q4_1": the file type, read once per file (parsing a header with a vocabulary takes seconds)."""
     from edgekit.sources.gguf import describe_gguf
 
-    return f"GGUF {describe_gguf(gguf)['file_type']}"
+    described = remembered(cache_root, "gguf-headers", {"sha256": hashed.sha256}, lambda: describe_gguf(gguf))
+    return f"GGUF {described['file_type']}"
 
 
 def _hub_task(model: ModelSection, cache_root: Path) -> FetchTask:

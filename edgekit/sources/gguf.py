@@ -10,7 +10,8 @@ recognises it and the tokenization check downstream compares like with like.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.torch_dtype = torch.float16
+    follow_llama_cpp(config, gguf_field_reader(gguf_path))
+    config.dtype = torch.float16
     model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict())
     model = model.to(torch.float16)
@@ -64,6 +66,28 @@ def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
 
     hf_tokenizer_from_gguf(gguf_path).save_pretrained(out)
     return info
+
+
+def follow_llama_cpp(config: Any, field: Callable[..., Any]) -> None:
+    """Settings llama.cpp reads from a GGUF (or derives, when a key is absent) that transformers' GGUF loader
+    drops: the reconstructed model must compute what the GGUF means, or the reference is another model."""
+    arch = field("general.architecture")
+    if arch in ("gemma2", "gemma3"):
+        for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+            if (value := field(f"{arch}.{key}")) is not None:
+                setattr(config, key, float(value))
+    if arch == "gemma3":
+        # llama.cpp scales queries by 1/sqrt(head_dim) (hidden/heads for the 62-layer 27B), and takes the
+        # sliding-window pattern from the file or, without one, every sixth layer full.
+        heads, hidden = config.num_attention_heads, config.hidden_size
+        config.query_pre_attn_scalar = hidden // heads if config.num_hidden_layers == 62 else config.head_dim
+        pattern = field(f"{arch}.attention.sliding_window_pattern")
+        layers = range(config.num_hidden_layers)
+        if isinstance(pattern, list):
+            config.layer_types = ["sliding_attention" if p else "full_attention" for p in pattern]
+        else:
+            every = int(pattern or 6)
+            config.layer_types = ["sliding_attention" if (i % every) < every - 1 else "full_attention" for i in layers]
 
 
 def hf_tokenizer_from_gguf(gguf_path: Path) -> Any:
@@ -114,27 +138,43 @@ def _clean_tokenizer(tokenizer: Any, field: Any, tokenizer_model: str | None) ->
     )
 
 
-def llama_cpp_tokenize(gguf_path: Path, text: str) -> list[int]:
-    """The GGUF's own tokenization of `text`, by llama.cpp (vocabulary only: no weights are read)."""
-    from llama_cpp import Llama
+@contextmanager
+def _llama_cpp_vocabulary(gguf_path: Path) -> Iterator[Any]:
+    """llama.cpp's vocabulary of a GGUF (no weights read, no context, no log lines), or None if it cannot load."""
+    import llama_cpp
+    from llama_cpp._logger import set_verbose
 
-    llm = Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
+    set_verbose(False)
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(gguf_path).encode(), params)
     try:
-        return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        yield llama_cpp.llama_model_get_vocab(model) if model else None
     finally:
-        llm.close()
+        if model:
+            llama_cpp.llama_model_free(model)
+
+
+def llama_cpp_tokenize(gguf_path: Path, text: str) -> list[int]:
+    """The GGUF's own tokenization of `text`, by llama.cpp, special tokens parsed as the HF tokenizer does."""
+    import llama_cpp
+
+    data = text.encode("utf-8")
+    with _llama_cpp_vocabulary(gguf_path) as vocab:
+        if vocab is None:
+            raise ValueError(f"llama.cpp cannot load {gguf_path}")
+        buf = (llama_cpp.llama_token * (len(data) + 8))()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, len(buf), False, True)
+        return list(buf[:n])
 
 
 def llama_cpp_reads(gguf_path: Path) -> str | None:
     """None when llama.cpp reads the GGUF's vocabulary (its architecture and tokenizer); else why not."""
-    from llama_cpp import Llama
-
-    try:
-        Llama(model_path=str(gguf_path), vocab_only=True, verbose=False).close()
-    except ValueError:
-        architecture = describe_gguf(gguf_path)["architecture"]
-        return f"llama.cpp cannot load the {architecture} GGUF's vocabulary"
-    return None
+    with _llama_cpp_vocabulary(gguf_path) as vocab:
+        if vocab is not None:
+            return None
+    return f"llama.cpp cannot load the {describe_gguf(gguf_path)['architecture']} GGUF's vocabulary"
 
 
 def transformers_model_type(gguf_path: Path) -> str | None:

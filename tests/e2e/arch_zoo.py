@@ -1,10 +1,12 @@
 """Tiny random-weight models of five architectures, each with a real tokenizer of its family trained here.
 
-Every model is a few MB: hidden size 64, two layers, grouped-query attention, a vocabulary of about a
-thousand tokens trained on the bundled public-domain text. Each exercises what is special about its
+Every model is a few MB: hidden size 64, two layers (six for Gemma 3's sliding-window pattern),
+grouped-query attention, a vocabulary of about a thousand tokens trained on the bundled public-domain
+text. Each exercises what is special about its
 architecture: tied embeddings and linear RoPE scaling (llama), attention biases with untied embeddings
 (qwen2, with a byte-level BPE tokenizer trained with `tokenizers`), sliding-window and full layers, a
-query scale and final-logit soft-capping (gemma3_text), fused projections (phi3) and a plain SentencePiece BPE Llama-family model (mistral).
+query scale and final-logit soft-capping (gemma3_text), fused projections (phi3) and a plain
+SentencePiece BPE Llama-family model (mistral).
 
 `make_model(arch, folder)` writes a Hugging Face folder; tests/e2e/hub_fixtures.py lays a folder out as a
 local Hub cache; `to_gguf(folder, out)` converts it with llama.cpp's own converter.
@@ -39,22 +41,38 @@ class Arch:
 
 
 ARCHES: dict[str, Arch] = {
-    "llama": Arch("llama", "spm-bpe", {"tie_word_embeddings": True, "rope_scaling": {"rope_type": "linear",
-                  "factor": 2.0}}, "tied embeddings, GQA, linear RoPE scaling"),  # fmt: skip
+    "llama": Arch(
+        "llama",
+        "spm-bpe",
+        {"tie_word_embeddings": True, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        "tied embeddings, GQA, linear RoPE scaling",
+    ),
     "qwen2": Arch("qwen2", "byte-bpe", {"tie_word_embeddings": False}, "attention biases, untied embeddings, GQA"),
     # Six layers: Gemma 3's pattern of five sliding-window layers then a full one (llama.cpp assumes it).
     "gemma3_text": Arch(
         "gemma3_text",
         "spm-bpe",
-        {"num_hidden_layers": 6, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 16,
-         "final_logit_softcapping": 30.0, "tie_word_embeddings": True},
+        {
+            "num_hidden_layers": 6,
+            "head_dim": 16,
+            "query_pre_attn_scalar": 16,
+            "sliding_window": 16,
+            "final_logit_softcapping": 30.0,
+            "tie_word_embeddings": True,
+        },
         "sliding-window and full layers, query scale, final-logit soft-capping, no space prefix",
-    ),  # fmt: skip
+    ),
     # llama.cpp's Phi-3 vocabulary sets attributes on <|endoftext|>: the family's tokens must be there.
-    "phi3": Arch("phi3", "spm-bpe", {"tie_word_embeddings": False}, "fused qkv and gate-up projections",
-                 ("<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>", "<|system|>")),  # fmt: skip
-    "mistral": Arch("mistral", "spm-bpe", {"tie_word_embeddings": False, "sliding_window": None},
-                    "untied embeddings, GQA"),  # fmt: skip
+    "phi3": Arch(
+        "phi3",
+        "spm-bpe",
+        {"tie_word_embeddings": False},
+        "fused qkv and gate-up projections",
+        ("<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>", "<|system|>"),
+    ),
+    "mistral": Arch(
+        "mistral", "spm-bpe", {"tie_word_embeddings": False, "sliding_window": None}, "untied embeddings, GQA"
+    ),
 }
 
 
