@@ -60,7 +60,7 @@ class GGUFBuild(BuildBackend):
         from edgekit.toolchain import get_converter
 
         converter = get_converter(env.llama_cpp_dir)
-        files = sorted(p for p in model.location.iterdir() if p.is_file() and p.suffix in (".json", ".model", ".txt"))
+        files = _small_files(model.location)
         inputs = {"converter": converter.identity(), "files": [[p.name, sha256_file(p)] for p in files]}
         return remembered(env.cache_root, "support-checks", inputs, lambda: _vocab_only(converter.script, model))
 
@@ -194,12 +194,25 @@ class LlamaLogitsRunner:
         self._llm.close()
 
 
+def _small_files(folder: Path) -> list[Path]:
+    """A checkpoint folder's config and tokenizer files (what a vocabulary-only conversion reads)."""
+    suffixes = (".json", ".model", ".txt", ".tiktoken", ".jinja")
+    return sorted(
+        p for p in folder.iterdir() if p.is_file() and p.suffix in suffixes and not p.name.endswith(".index.json")
+    )
+
+
 def _vocab_only(script: Path, model: ModelInfo) -> str | None:
     """Why llama.cpp's converter refuses the checkpoint's architecture or tokenizer, or None."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="edgekit-vocab-") as tmp:
-        cmd = [sys.executable, str(script), str(model.location), "--vocab-only", "--outfile", f"{tmp}/vocab.gguf"]
+        # Only the config and tokenizer files: the converter never sees (let alone unpickles) a weight file.
+        small = Path(tmp) / "model"
+        small.mkdir()
+        for path in _small_files(model.location):
+            shutil.copyfile(path, small / path.name)
+        cmd = [sys.executable, str(script), str(small), "--vocab-only", "--outfile", f"{tmp}/vocab.gguf"]
         try:
             run_logged(cmd, Path(tmp) / "convert.log", "convert", env={"NO_LOCAL_GGUF": ""})
         except StageError as exc:
