@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from edgekit.cli.common import console
+from edgekit.cli.common import console, err_console
 
 
 @click.command()
@@ -83,13 +83,27 @@ def inspect(bundle: str, as_json: bool) -> None:
 
 @click.command()
 @click.option("--llama-cpp-dir", type=click.Path(file_okay=False, exists=True), help="Use this llama.cpp checkout.")
-def toolchain(llama_cpp_dir: str | None) -> None:
-    """Fetch (once) and show llama.cpp's HF→GGUF converter matching the installed llama-cpp-python."""
-    from edgekit.toolchain import get_converter
+@click.option("--tools", is_flag=True, help="Also build llama-quantize, llama-imatrix, llama-perplexity, llama-bench.")
+@click.option("--server", is_flag=True, help="Also build llama-server.")
+@click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: every CPU).")
+def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | None) -> None:
+    """Fetch (once) llama.cpp's converter, and build (once) its tools, for the installed llama-cpp-python."""
+    from edgekit.progress import RichProgressReporter
+    from edgekit.toolchain import TOOL_SETS, build_tools, get_converter, tools_dir, tools_info
 
     converter = get_converter(llama_cpp_dir)
     console.print(f"converter: {converter.script}")
     console.print(f"from: {converter.origin}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")
+    wanted = [name for name, flag in (("tools", tools), ("server", server)) if flag]
+    if wanted:
+        with RichProgressReporter(err_console) as progress:
+            build_tools(wanted, progress, jobs)
+    for name, toolset in TOOL_SETS.items():
+        info = tools_info(name)
+        state = f"{tools_dir(name)} (built in {info['build_seconds']:.0f} s)" if info else "not built"
+        console.print(
+            f"{', '.join(toolset.targets)}: {state}" + ("" if info else f" (edgekit toolchain {toolset.flag})")
+        )
 
 
 COMMANDS = (verify, sign, keygen, inspect, toolchain)
