@@ -64,11 +64,12 @@ def build(
     command: str = "edgekit build",
     threads: int | None = None,
     executor: Executor | None = None,
+    reproduce: str | None = None,
 ) -> BuildResult:
     started = time.time()
     final = output_path(recipe, out_dir, project or Path.cwd())
     plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None, threads=threads,
-                     command=command)  # fmt: skip
+                     command=command, reproduce=reproduce)  # fmt: skip
     return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started)
 
 

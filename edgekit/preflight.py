@@ -14,7 +14,7 @@ from pathlib import Path
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.manifest import MANIFEST
 from edgekit.recipe import Recipe
-from edgekit.sources import resolve_path
+from edgekit.sources import resolve_path, resolve_pkg, synthetic
 
 
 def check_eval_files(recipe: Recipe) -> list[RecipeProblem]:
@@ -107,6 +107,10 @@ def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False
                 model.source, model.revision, model.allow_pickle, model.allow_patterns is not None
             )
             problems += [found] if found else []
+        elif synthetic.is_synthetic(model.source):
+            synthetic.parse(model.source)
+            if model.tokenizer is None:
+                resolve_pkg(synthetic.DEFAULT_TOKENIZER)  # SmolLM2's tokenizer, from its package
         else:
             locate_local(model.source, recipe.base_dir, model.allow_pickle)  # exists, right kind; not hashed yet
     except SourceError as exc:

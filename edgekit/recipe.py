@@ -16,10 +16,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgekit.errors import RecipeError, RecipeProblem
+from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.gates import Gates
 from edgekit.recipe_problems import NAME_PATTERN, problems_from
 from edgekit.runtime.bench.settings import BenchOptions
+from edgekit.sources.synthetic import SCHEME as SYNTHETIC
+from edgekit.sources.synthetic import parse as synthetic_spec
 from edgekit.suggest import did_you_mean
 
 MAX_RECIPE_BYTES = 256 * 1024
@@ -27,7 +29,7 @@ MAX_RECIPE_BYTES = 256 * 1024
 # gigabytes), and nothing in a recipe needs long lines: bound them before parsing.
 MAX_LINE_CHARS = 4096
 DEFAULT_RECIPE = Path(__file__).parent / "recipes" / "smollm2-135m.toml"
-SOURCE_SCHEMES = ("hf://", "pkg://", "file://")
+SOURCE_SCHEMES = ("hf://", "pkg://", "file://", "synthetic://")
 
 
 class _Section(BaseModel):
@@ -35,7 +37,9 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    source: str = Field(description="hf://ORG/NAME, pkg://PACKAGE/PATH, or a local folder or file")
+    source: str = Field(
+        description="hf://ORG/NAME, pkg://PACKAGE/PATH, a local folder or file, or synthetic://ARCH?params=1B"
+    )
     revision: str | None = Field(None, description="branch, tag or commit sha (hf:// only)")
     allow_pickle: bool = False
     allow_patterns: tuple[str, ...] | None = None
@@ -54,13 +58,18 @@ class ModelSection(_Section):
             scheme = value.split("://", 1)[0] + "://"
             hint = did_you_mean(scheme, SOURCE_SCHEMES)
             raise ValueError(
-                f"unknown source scheme {scheme!r}; expected hf://ORG/NAME, pkg://PACKAGE/PATH or a path"
-                + (f" (did you mean {hint!r}?)" if hint else "")
+                f"unknown source scheme {scheme!r}; expected hf://ORG/NAME, pkg://PACKAGE/PATH, a path or "
+                "synthetic://ARCH?params=SIZE" + (f" (did you mean {hint!r}?)" if hint else "")
             )
         if value.startswith("hf://") and not re.fullmatch(r"hf://[\w.-]+/[\w.-]+", value):
             raise ValueError("expected hf://ORG/NAME")
         if value.startswith("pkg://") and not re.fullmatch(r"pkg://[A-Za-z_][\w.]*/.+", value):
             raise ValueError("expected pkg://PACKAGE/PATH/INSIDE/IT")
+        if value.startswith(SYNTHETIC):
+            try:
+                synthetic_spec(value)
+            except SourceError as exc:
+                raise ValueError(f"{exc.message}; {exc.hint}" if exc.hint else exc.message) from None
         return value
 
     @model_validator(mode="after")
@@ -201,7 +210,10 @@ class Recipe:
     def name(self) -> str:
         if self.spec.bundle.name:
             return self.spec.bundle.name
-        stem = re.split(r"[/\\]", self.spec.model.source.rstrip("/"))[-1]
+        source = self.spec.model.source
+        if source.startswith(SYNTHETIC):
+            return synthetic_spec(source).name.lower()
+        stem = re.split(r"[/\\]", source.rstrip("/"))[-1]
         stem = re.sub(r"\.(gguf|safetensors|bin)$", "", stem, flags=re.I)
         return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.").lower()[:64] or "model"
 
@@ -276,6 +288,14 @@ def _contradictions(spec: RecipeModel) -> list[RecipeProblem]:
     """Options that are each valid but cannot all hold: the build would ignore one or fail late."""
     found: list[RecipeProblem] = []
     validation, runtime = spec.validation, spec.bundle.runtime
+    if validation.enabled and spec.model.source.startswith(SYNTHETIC):
+        found.append(
+            RecipeProblem(
+                "validation.enabled",
+                "a synthetic:// source has random weights: there is no accuracy to sign off, only speed to measure. "
+                "Set [validation] enabled = false",
+            )
+        )
     if not validation.enabled:
         if spec.bundle.exclude_failed:
             found.append(

@@ -28,16 +28,20 @@ class Checkpoint:
     files: tuple[SourceFile, ...]  # the source files as fetched, with hashes
     reconstructed_from: str | None = None  # "GGUF Q4_1" when weights were dequantized from a quantized file
     notes: tuple[str, ...] = ()
+    speed_only: bool = False  # random weights (a synthetic:// source): nothing to sign off but speed
 
     def provenance(self) -> dict[str, Any]:
         """The source as the manifest and the report's sign-off record it."""
-        return {
+        out = {
             "uri": self.uri,
             "revision": self.revision,
             "files": [f.to_dict() for f in self.files],
             "reconstructed_from": self.reconstructed_from,
             "notes": list(self.notes),
         }
+        if self.speed_only:
+            out["speed_only"] = True
+        return out
 
 
 @dataclass

@@ -143,4 +143,41 @@ def reference(recipe: str | None, cache_dir: str | None, threads: int | None, ex
         console.print(f"exported to {target}; on the build box: edgekit build RECIPE --reference {target}")
 
 
-COMMANDS = (build, plan, reference)
+@click.command()
+@click.option("--params", help="Model size: 0.5B, 1B, 3B or 7B parameters (default: 1B).")
+@click.option("--arch", type=click.Choice(["llama", "mistral", "qwen2"]), help="Architecture (default: llama).")
+@click.option("--schemes", help="Targets, e.g. Q4_K_M,Q8_0,F16,openvino:INT8 (default: every backend installed).")
+@click.option("--runs", type=click.IntRange(1, 100), help="Bench runs (medians are reported; default 5).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the bundle under DIR/<name>/.")
+@cache_option
+@threads_option
+def probe(
+    params: str | None,
+    arch: str | None,
+    schemes: str | None,
+    runs: int | None,
+    out_dir: str | None,
+    cache_dir: str | None,
+    threads: int | None,
+) -> None:
+    """What a model of this size does on this box: random weights, real tokenizer, every target benchmarked."""
+    from edgekit.cli.runtime import render_bench
+    from edgekit.pipeline import build as run_build
+    from edgekit.probe import probe_recipe
+    from edgekit.progress import RichProgressReporter
+
+    items = [s.strip() for s in schemes.split(",") if s.strip()] if schemes else None
+    recipe, command = probe_recipe(params, items, arch, runs)
+    cache = open_cache(cache_dir)
+    with RichProgressReporter(err_console) as progress:
+        result = run_build(recipe, cache=cache, progress=progress, out_dir=Path(out_dir) if out_dir else None,
+                           command=command, threads=threads, reproduce=command)  # fmt: skip
+    bench = json.loads((result.bundle / "report.json").read_text(encoding="utf-8")).get("bench") or {}
+    if bench.get("artifacts"):
+        render_bench(bench)
+    for name, reason in result.skipped.items():
+        console.print(f"[yellow]{name}: not built[/]: {reason}", highlight=False)
+    console.print(f"bundle: [bold]{result.bundle}[/] (random weights: speed only); report.md, report.html")
+
+
+COMMANDS = (build, plan, reference, probe)

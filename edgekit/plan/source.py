@@ -13,11 +13,13 @@ import dataclasses
 from pathlib import Path
 
 from edgekit.errors import SourceError
+from edgekit.hashing import sha256_json
 from edgekit.memo import remembered
+from edgekit.plan.keys import key_inputs
 from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.recipe import ModelSection
 from edgekit.records import SourceFile
-from edgekit.sources import PICKLE_SUFFIXES, hub
+from edgekit.sources import PICKLE_SUFFIXES, hub, resolve_pkg, synthetic
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files, local_path, locate_local
 from edgekit.sources.tokenizer import TOKENIZER_FILES
@@ -25,6 +27,8 @@ from edgekit.versions import dist_version, package_version
 
 
 def fetch_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTask:
+    if synthetic.is_synthetic(model.source):
+        return _synthetic_task(model, base_dir, cache_root)
     hub_source = model.source.startswith("hf://")
     task = _hub_task(model, cache_root) if hub_source else _local_task(model, base_dir, cache_root)
     tokenizer = tokenizer_source(model, base_dir, cache_root)
@@ -47,6 +51,21 @@ def _local_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchT
         package=package_version(found.package) if found.package else None,
         reconstructed_from=_reconstructed_from(found.path, files[0], cache_root) if found.kind == "gguf" else None,
     )
+
+
+def _synthetic_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTask:
+    """Random weights: the key is the spec and the small files (config.json, tokenizer) written at planning time."""
+    spec = synthetic.parse(model.source)
+    tokenizer = tokenizer_source(model, base_dir, cache_root)
+    default = resolve_pkg(synthetic.DEFAULT_TOKENIZER) if tokenizer is None else None
+    origin = tokenizer.files if tokenizer else (source_file(default, "tokenizer", cache_root),) if default else ()
+    inputs = {"spec": key_inputs(spec), "tokenizer": [f.to_dict() for f in origin], "transformers": _transformers()}
+    head = cache_root / "synthetic-heads" / sha256_json(inputs)[:32]
+    if not (head / "config.json").is_file():
+        synthetic.write_head(spec, Path(tokenizer.location) if tokenizer else None, head)
+    files = tuple(source_file(p, p.name, cache_root) for p in sorted(head.iterdir()) if p.is_file())
+    return FetchTask(uri=model.source, revision=None, files=files, allow_pickle=False,
+                     transformers=_transformers(), kind="synthetic", location=str(head), synthetic=spec)  # fmt: skip
 
 
 def _reconstructed_from(gguf: Path, hashed: SourceFile, cache_root: Path) -> str:

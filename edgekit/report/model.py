@@ -219,4 +219,15 @@ def build_report(
         "artifacts": rows,
         "findings": order_findings(rows),
         "bench": bench,
+        "speed_only": _speed_only(checkpoint),
     }
+
+
+def _speed_only(checkpoint: Checkpoint) -> str | None:
+    """What the report says of a model with random weights (a synthetic:// source), else None."""
+    if not checkpoint.speed_only:
+        return None
+    return (
+        f"{checkpoint.uri}: {'; '.join(checkpoint.notes)}. Its text is noise: the figures say what a model of "
+        "this shape does on this machine."
+    )

@@ -9,6 +9,7 @@ the recipe) are converted to safetensors here, so no later stage ever unpickles.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -19,9 +20,10 @@ from edgekit.fsutil import ensure_free_space
 from edgekit.hashing import sha256_file
 from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.records import Checkpoint, SourceFile
-from edgekit.sources import PICKLE_SUFFIXES, hub
+from edgekit.sources import PICKLE_SUFFIXES, hub, synthetic
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files
+from edgekit.sources.synthetic import SyntheticSpec
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 from edgekit.stages.context import StageContext
 
@@ -47,6 +49,9 @@ def _replace_tokenizer(tokenizer: TokenizerSource, checkpoint: Path) -> None:
 
 
 def _materialise(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+    if task.synthetic is not None:
+        with ctx.progress.task(f"fetch  write random weights ({task.synthetic.name}, seed {task.synthetic.seed})"):
+            return _materialise_synthetic(task, task.synthetic, out)
     if task.kind == "gguf":
         with ctx.progress.task(f"fetch  dequantize {Path(task.location).name} into a checkpoint"):
             return _materialise_gguf(Path(task.location), out)
@@ -76,6 +81,7 @@ def checkpoint(task: FetchTask, entry: Any | None) -> Checkpoint:
         files=files,
         reconstructed_from=result.get("reconstructed_from"),
         notes=tuple(result.get("notes", [])) + package,
+        speed_only=task.synthetic is not None,
     )
 
 
@@ -108,6 +114,16 @@ def _materialise_folder(uri: str, folder: Path, files: tuple[SourceFile, ...], o
         if sha256_file(out / f.path) != f.sha256:
             raise SourceError(f"{uri}: {f.path} changed while it was being copied", "run the build again")
     return {"notes": notes}
+
+
+def _materialise_synthetic(task: FetchTask, spec: SyntheticSpec, out: Path) -> dict[str, Any]:
+    """The small files written at planning time, and the weights drawn from the spec's seed."""
+    result = _materialise_folder(task.uri, Path(task.location), task.files, out)
+    vocab = int(json.loads((out / "config.json").read_text(encoding="utf-8"))["vocab_size"])
+    ensure_free_space(out, 2 * spec.parameters(vocab))
+    written = synthetic.write_weights(spec, vocab, out)
+    return {**result, "notes": [synthetic.describe(spec, vocab)], "synthetic": written,
+            "files": [f.to_dict() for f in task.files]}  # fmt: skip
 
 
 def _materialise_gguf(path: Path, out: Path) -> dict[str, Any]:
