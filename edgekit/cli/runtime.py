@@ -119,7 +119,8 @@ def _bench_options(func: Any) -> Any:
 @_bench_options
 @click.option("--concurrency", callback=_int_list, help="Concurrent sequences to measure, e.g. 1,2,4.")
 @click.option("--bandwidth-mib", type=click.IntRange(16, 16384), help="Array size of the bandwidth probe.")
-@click.option("--no-baseline", is_flag=True, help="Skip the default-settings llama_cpp.Llama() baseline.")
+@click.option("--no-baseline", is_flag=True, help="Skip the llama-cpp-python Llama() row (its default settings).")
+@click.option("--no-peer", is_flag=True, help="Skip llama.cpp's llama-bench on the same files (the peer row).")
 @click.option("--no-loads", is_flag=True, help="Skip the mmap/no-mmap/mlock load probes.")
 @click.option("--artifact", "artifacts", multiple=True, help="Only this artifact (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
@@ -133,12 +134,13 @@ def bench(
     concurrency: tuple[int, ...] | None,
     bandwidth_mib: int | None,
     no_baseline: bool,
+    no_peer: bool,
     no_loads: bool,
     artifacts: tuple[str, ...],
     as_json: bool,
     out: str | None,
 ) -> None:
-    """Benchmark BUNDLE's GGUF artifacts on this machine against its memory-bandwidth roofline."""
+    """Benchmark BUNDLE's artifacts on this machine, against llama-bench and the bandwidth and compute roofs."""
     from edgekit.fsutil import write_json_atomic
     from edgekit.runtime.bench.bundle import bench_bundle
 
@@ -150,6 +152,7 @@ def bench(
         "concurrency": concurrency,
         "bandwidth_mib": bandwidth_mib,
         "baseline": False if no_baseline else None,
+        "peer": False if no_peer else None,
         "loads": False if no_loads else None,
     }
     with err_console.status("bench") as status:
@@ -161,14 +164,24 @@ def bench(
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    _render_bench(result)
+    render_bench(result)
 
 
 def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
     return "—" if value is None else f"{value:,.{digits}f}{suffix}"
 
 
-def _render_bench(result: dict[str, Any]) -> None:
+def _pair(a: Any, b: Any) -> str:
+    return "—" if a is None and b is None else f"{_fmt(a)} / {_fmt(b)}"
+
+
+def _ratio_runs(a: dict[str, Any], key: str) -> str:
+    """A median ratio with the range of the runs (with 5 runs, a 94% interval for the median)."""
+    runs = a.get(f"{key}_runs")
+    return _fmt(a.get(key), 2) + (f" ({runs[0]:.2f}–{runs[1]:.2f})" if runs else "")
+
+
+def render_bench(result: dict[str, Any]) -> None:
     m = result["machine"]
     bw = result["bandwidth"]["best_gib_s_by_processes"]
     console.print(
@@ -177,6 +190,8 @@ def _render_bench(result: dict[str, Any]) -> None:
     )
     measured = {name: a for name, a in result["artifacts"].items() if "skipped" not in a}
     table = Table("medians over runs", *measured, title=None)
+    defaults = next((a["baseline_settings"] for a in measured.values() if a.get("baseline_settings")), None) or {}
+    llama = f"Llama() defaults ({defaults.get('n_threads', '?')} thread(s))"
     rows: list[tuple[str, Any]] = [
         ("threads decode / prompt", lambda a: f"{a['n_threads']} / {a['n_threads_batch']}"),
         *[
@@ -186,10 +201,17 @@ def _render_bench(result: dict[str, Any]) -> None:
         ("prompt tok/s", lambda a: _fmt(a["prompt_tok_s"])),
         ("time to first token ms", lambda a: _fmt(a["ttft_ms"], 0)),
         ("peak RSS MiB, 1 seq", lambda a: _fmt(a["peak_rss_mib"], 0)),
-        ("roofline tok/s", lambda a: _fmt(a["roofline_tok_s"], 0)),
-        ("decode ÷ roofline", lambda a: _fmt(a["roofline_ratio"], 2)),
-        ("tuned ÷ Llama() defaults, decode", lambda a: _fmt(a.get("tuned_over_baseline_decode"), 2)),
-        ("Llama() defaults ÷ tuned, TTFT", lambda a: _fmt(a.get("baseline_over_tuned_ttft"), 2)),
+        ("llama-bench decode / prompt tok/s", lambda a: _pair(a.get("peer_decode_tok_s"), a.get("peer_prompt_tok_s"))),
+        ("edgekit ÷ llama-bench, decode", lambda a: _ratio_runs(a, "decode_over_peer")),
+        ("edgekit ÷ llama-bench, prompt", lambda a: _ratio_runs(a, "prompt_over_peer")),
+        ("bandwidth roof tok/s", lambda a: _fmt(a["roofline_tok_s"], 0)),
+        ("compute roof tok/s", lambda a: _fmt(a.get("compute_roof_tok_s"), 0)),
+        (
+            "decode ÷ lower roof",
+            lambda a: _fmt(a.get("roof_ratio"), 2) + (f" ({a['bound_by']})" if a.get("bound_by") else ""),
+        ),
+        (f"tuned ÷ {llama}, decode", lambda a: _fmt(a.get("tuned_over_baseline_decode"), 2)),
+        (f"{llama} ÷ tuned, TTFT", lambda a: _fmt(a.get("baseline_over_tuned_ttft"), 2)),
         ("cold load→1st token ms, mmap", lambda a: _fmt(a.get("first_token_ms_mmap_cold"), 0)),
         ("cold load→1st token ms, no mmap", lambda a: _fmt(a.get("first_token_ms_no_mmap_cold"), 0)),
     ]
@@ -199,6 +221,11 @@ def _render_bench(result: dict[str, Any]) -> None:
     for name, a in result["artifacts"].items():
         if "skipped" in a:
             console.print(f"{name}: {a['skipped']}")
+    peer = result.get("peer") or {}
+    if peer.get("missing"):
+        console.print(f"[yellow]{peer['missing']}[/]", highlight=False)
+    for name, why in (peer.get("failed") or {}).items():
+        console.print(f"[yellow]llama-bench could not measure {name}: {why}[/]", highlight=False)
     for key, c in result.get("comparisons", {}).items():
         if c.get("ratio"):
             console.print(

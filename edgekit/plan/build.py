@@ -41,10 +41,14 @@ from edgekit.preflight import preflight
 from edgekit.recipe import DEFAULT_RECIPE, Recipe, Target
 from edgekit.registry import build_backend
 from edgekit.runtime import machine
+from edgekit.runtime.bench import peer
+from edgekit.runtime.bench.benchmark import BENCH_METHOD, BENCH_SCHEMA
 from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.sources.synthetic import is_synthetic
+from edgekit.sources.synthetic import parse as parse_synthetic
 from edgekit.versions import dist_version, tool_versions
 
-BENCH_VERSIONS = {"bench_schema": 1, "bench_method": 3}
+BENCH_VERSIONS = {"bench_schema": BENCH_SCHEMA, "bench_method": BENCH_METHOD}
 GATE_NAMES = tuple(Gates.model_fields)
 
 
@@ -92,6 +96,7 @@ def make_plan(
     out_given: bool = False,
     threads: int | None = None,
     command: str = "edgekit build",
+    reproduce: str | None = None,
 ) -> Plan:
     preflight(recipe, final, out_given=out_given)
     threads = threads or machine.physical_cores()
@@ -118,7 +123,7 @@ def make_plan(
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
-        report=_report(recipe, Path(final).name if final else recipe.name, command),
+        report=_report(recipe, Path(final).name if final else recipe.name, command, reproduce),
         skipped=skipped,
     )
     tasks = dependency_order(list(bundle.deps()))
@@ -211,12 +216,16 @@ def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
         artifacts=tuple(t.quantize for t in targets),
         settings=settings.as_dict(),
         machine=machine.fingerprint(),
-        versions={"llama-cpp-python": dist_version("llama-cpp-python"), **BENCH_VERSIONS},
+        versions={
+            "llama-cpp-python": dist_version("llama-cpp-python"),
+            **BENCH_VERSIONS,
+            **({"peer": peer.identity()} if settings.peer else {}),
+        },
         exclusion=exclusion,
     )
 
 
-def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
+def _report(recipe: Recipe, bundle_name: str, command: str, reproduce: str | None) -> ReportTask:
     cfg = recipe.spec.validation
     default = Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
     return ReportTask(
@@ -229,12 +238,14 @@ def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
         on_inconclusive=cfg.on_inconclusive,
         exclude_failed=recipe.spec.bundle.exclude_failed,
         command=command,
-        reproduce="edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}",
+        reproduce=reproduce or ("edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}"),
     )
 
 
 def model_name(uri: str) -> str:
     """A model name from the source alone, so renaming a bundle does not invalidate conversions."""
+    if is_synthetic(uri):
+        return parse_synthetic(uri).name
     stem = uri.rstrip("/").rsplit("/", 1)[-1]
     return re.sub(r"\.(gguf|safetensors)$", "", stem, flags=re.I) or "model"
 

@@ -323,12 +323,17 @@ def bench(report: dict[str, Any]) -> bytes | None:
         if key in series:
             panels.append(lambda ax, key=key, t=title, x=xlabel, y=ylabel: _lines(ax, series[key], t, x, y))
     known_bars = [
-        ([("decode_tok_s", "tuned"), ("baseline_decode_tok_s", "llama_cpp defaults"), ("roofline_tok_s", "roofline")],
-         "Decode, one sequence", "tok/s"),
+        ([("decode_tok_s", "edgekit"), ("peer_decode_tok_s", "llama-bench"),
+          ("baseline_decode_tok_s", "Llama() defaults"), ("roofline_tok_s", "bandwidth roof"),
+          ("compute_roof_tok_s", "compute roof")], "Decode, one sequence", "tok/s"),
+        ([("prompt_tok_s", "edgekit"), ("peer_prompt_tok_s", "llama-bench")], "Prompt processing", "tok/s"),
+        ([("decode_over_peer", "decode ÷ llama-bench"), ("prompt_over_peer", "prompt ÷ llama-bench"),
+          ("roofline_ratio", "decode ÷ bandwidth roof"), ("compute_roof_ratio", "decode ÷ compute roof")],
+         "Against the peer and the roofs", "ratio"),
         ([("first_token_ms_mmap_cold", "mmap, cold"), ("first_token_ms_no_mmap_cold", "no mmap, cold"),
           ("first_token_ms_mmap_warm", "mmap, warm"), ("first_token_ms_no_mmap_warm", "no mmap, warm")],
          "Load to first token", "ms"),
-        ([("ttft_ms", "tuned"), ("baseline_ttft_ms", "llama_cpp defaults")], "Time to first token (prompt)", "ms"),
+        ([("ttft_ms", "tuned"), ("baseline_ttft_ms", "Llama() defaults")], "Time to first token (prompt)", "ms"),
     ]  # fmt: skip
     for keys, title, unit in known_bars:
         present = [(k, label) for k, label in keys if k in scalars]

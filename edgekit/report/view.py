@@ -187,13 +187,22 @@ BENCH_LABELS: dict[str, str] = {
     "n_threads_batch": "threads, prompt (tuned)",
     "bandwidth_gib_s": "memory bandwidth (GiB/s)",
     "bytes_per_token": "weights read per token (bytes)",
-    "roofline_tok_s": "roofline decode (tok/s)",
-    "roofline_ratio": "decode ÷ roofline",
-    "baseline_decode_tok_s": "llama_cpp defaults: decode (tok/s)",
-    "baseline_ttft_ms": "llama_cpp defaults: time to first token (ms)",
-    "baseline_peak_rss_mib": "llama_cpp defaults: peak RSS (MiB)",
-    "tuned_over_baseline_decode": "tuned ÷ defaults, decode",
-    "baseline_over_tuned_ttft": "defaults ÷ tuned, time to first token",
+    "peer_decode_tok_s": "llama-bench (same file, threads): decode (tok/s)",
+    "peer_prompt_tok_s": "llama-bench (same file, threads): prompt (tok/s)",
+    "decode_over_peer": "edgekit ÷ llama-bench, decode",
+    "prompt_over_peer": "edgekit ÷ llama-bench, prompt",
+    "roofline_tok_s": "bandwidth roof: decode (tok/s)",
+    "roofline_ratio": "decode ÷ bandwidth roof",
+    "compute_roof_tok_s": "compute roof: decode (tok/s)",
+    "compute_roof_ratio": "decode ÷ compute roof",
+    "roof_tok_s": "lower roof (tok/s)",
+    "roof_ratio": "decode ÷ lower roof",
+    "ops_per_token": "operations per token (matmuls)",
+    "baseline_decode_tok_s": "Llama() defaults of llama-cpp-python: decode (tok/s)",
+    "baseline_ttft_ms": "Llama() defaults: time to first token (ms)",
+    "baseline_peak_rss_mib": "Llama() defaults: peak RSS (MiB)",
+    "tuned_over_baseline_decode": "tuned ÷ Llama() defaults, decode",
+    "baseline_over_tuned_ttft": "Llama() defaults ÷ tuned, time to first token",
     "load_ms_mmap_cold": "load, mmap, cold cache (ms)",
     "load_ms_no_mmap_cold": "load, no mmap, cold cache (ms)",
     "first_token_ms_mmap_cold": "load → first token, mmap, cold (ms)",
@@ -236,8 +245,8 @@ def _bench_view(bench: Any) -> dict[str, Any] | None:
         if key in ("artifacts", "cache", "schema_version", "spread"):
             continue
         value = bench[key]
-        if key == "bandwidth" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k != "kernels_gib_s_by_processes"}
+        if key in ("bandwidth", "compute") and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if not k.startswith("kernels_")}
         other += _flatten(value, key)
     return {"artifacts": artifacts, "scalars": scalar_rows, "series": series_rows, "other": other}
 
@@ -352,6 +361,7 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "required_failed": required_failed,
         "outcome": "FAILED" if required_failed else "OK",
         "bench": _bench_view(report.get("bench")),
+        "speed_only": report.get("speed_only"),
         "gate_labels": GATE_LABELS,
         "fmt": fmt,
     }

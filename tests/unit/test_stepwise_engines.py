@@ -167,3 +167,90 @@ def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
     options = session_options(2, inter_op_threads=2, execution_mode="parallel", memory_arena=False)
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 2)
     assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL and not options.enable_cpu_mem_arena
+
+
+class ToyBatchEngine(StepwiseEngine):
+    """A batched toy: the KV state is the tokens themselves, (rows, 1, cells, 1); the next token is
+    (sum of the visible real tokens + the position) mod VOCAB, so wrong padding, masks or positions show."""
+
+    backend = "toy-batch"
+    batched = True
+
+    def __init__(self, max_sequences: int = 4, n_ctx: int = 64, n_batch: int = 4) -> None:
+        self.n_vocab = VOCAB
+        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self.rows_per_call: list[int] = []
+
+    def _new_slot(self) -> dict[str, np.ndarray]:
+        return {"kv": np.zeros((1, 1, 0, 1))}
+
+    def _reset(self, slot: dict[str, np.ndarray]) -> None:
+        slot["kv"] = np.zeros((1, 1, 0, 1))
+
+    def _export(self, slot: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"kv": slot["kv"].copy()}
+
+    def _import(self, slot: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> None:
+        slot["kv"] = state["kv"].copy()
+
+    def _infer(
+        self, slot: dict[str, np.ndarray], ids: np.ndarray, positions: np.ndarray, mask: np.ndarray
+    ) -> np.ndarray:
+        rows, n = ids.shape
+        assert slot["kv"].shape[0] == rows and mask.shape == (rows, slot["kv"].shape[2] + n)
+        kv = np.concatenate([slot["kv"], ids[:, None, :, None].astype(float)], axis=2)
+        self.rows_per_call.append(rows)
+        out = np.zeros((rows, n, VOCAB), dtype=np.float32)
+        for r in range(rows):
+            for i in range(n):
+                visible = kv.shape[2] - n + i + 1
+                assert positions[r, i] == mask[r, : visible - 1].sum(), "position is not the count of real cells"
+                total = (kv[r, 0, :visible, 0] * mask[r, :visible]).sum()
+                out[r, i, int(total + positions[r, i]) % VOCAB] = 1.0
+        slot["kv"] = kv
+        return out
+
+
+def test_batched_decode_gives_each_sequence_what_it_gets_alone() -> None:
+    prompts = {0: [3, 1, 4], 1: [1, 5, 9, 2, 6, 5, 3], 2: [5], 3: [8, 9, 7, 9]}
+
+    def alone(prompt: list[int], n: int) -> list[int]:
+        engine = ToyBatchEngine()
+        return [engine.start(0, prompt, Sampling())] + [engine.step()[0] for _ in range(n - 1)]
+
+    expected = {seq: alone(p, 9) for seq, p in prompts.items()}
+    engine = ToyBatchEngine()
+    got = {seq: [engine.start(seq, prompts[seq], Sampling())] for seq in (0, 1)}
+    for _ in range(2):  # two sequences of different lengths: one call of two rows per step
+        for seq, token in engine.step().items():
+            got[seq].append(token)
+    got.update({seq: [engine.start(seq, prompts[seq], Sampling())] for seq in (2, 3)})  # join a running batch
+    while any(len(tokens) < 9 for tokens in got.values()):
+        for seq, token in engine.step().items():
+            got[seq].append(token)
+            if len(got[seq]) == 9:
+                engine.finish(seq)  # leaves the batch; the others continue in a repacked one
+    assert got == expected
+    assert max(engine.rows_per_call) == 4 and engine.rows_per_call[-1] == 2  # 2 and 3 end together
+    assert engine.active == [] and engine._batch is None  # the batch slot is free again
+    assert engine.start(0, prompts[1], Sampling()) == expected[1][0]
+
+
+def test_a_step_of_four_sequences_is_one_inference_call() -> None:
+    engine = ToyBatchEngine()
+    for seq in range(4):
+        engine.start(seq, [seq + 1] * (seq + 2), Sampling())
+    engine.rows_per_call.clear()
+    engine.step()
+    engine.step()
+    assert engine.rows_per_call == [4, 4]
+
+
+def test_pack_left_pads_rows_and_drops_padding_no_row_needs() -> None:
+    from edgekit.runtime.engines.batching import attention_mask, pack
+
+    a = np.arange(1, 4, dtype=np.float32).reshape(1, 1, 3, 1)  # 3 real cells
+    b = np.array([0, 0, 0, 7, 8], dtype=np.float32).reshape(1, 1, 5, 1)  # 2 real cells after 3 of padding
+    packed, cells = pack([({"k": a}, 3), ({"k": b}, 2)])
+    assert cells == 3 and packed["k"][:, 0, :, 0].tolist() == [[1, 2, 3], [0, 7, 8]]
+    assert attention_mask([3, 2], 3, 1).tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]]

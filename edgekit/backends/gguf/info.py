@@ -59,6 +59,21 @@ def tensor_summary(path: Path) -> dict[str, Any]:
     }
 
 
+def matmul_params_by_type(path: Path) -> dict[str, int]:
+    """{tensor type: weights multiplied per generated token}: every matrix but the embedding lookup (which is
+    the output projection too when tied). Norms and biases are vectors and left out: a rounding error here."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    tied = OUTPUT_TENSOR not in {t.name for t in reader.tensors}
+    out: dict[str, int] = {}
+    for tensor in reader.tensors:
+        if sum(int(d) > 1 for d in tensor.shape) < 2 or (tensor.name == EMBEDDING_TENSOR and not tied):
+            continue
+        out[tensor.tensor_type.name] = out.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+    return out
+
+
 def metadata(path: Path, prefix: str = "") -> dict[str, Any]:
     import gguf
 

@@ -2,14 +2,19 @@
 
 The model (optimum's text-generation-with-past export) takes `past_key_values.N.key/value` and
 returns `present.N.key/value`; each sequence keeps its own past arrays in numpy and feeds them back
-at the next step. Tokenization uses `tokenizer.json` with the `tokenizers` library (no transformers).
+at the next step. Several sequences decode as the rows of one call (batched past arrays, left
+padding hidden by the attention mask, per-row position ids: `edgekit.runtime.engines.stepwise`).
+Tokenization uses `tokenizer.json` with the `tokenizers` library (no transformers).
 
 Dynamic INT8 quantizes activations with one scale per tensor, computed at run time over every token
 of the call. Many LLMs put a huge activation on the first position (an "attention sink": SmolLM2's
 layer 11 MLP input peaks at 2,000× the median token's), which would set the scale for a whole
 prompt chunk and wipe out the other tokens' precision. So the first token of a sequence is always
 prefilled on its own (`first_chunk = 1`), for `logits()` (validation) and `start()` (serving) alike;
-on a float model this changes nothing but one extra tiny call.
+on a float model this changes nothing but one extra tiny call. For the same reason a batched decode
+step, whose call holds one token of each sequence, quantizes their activations with one scale: a
+sequence's tokens can differ slightly from decoding it alone (as its logits differ between prompt
+chunkings); validation measures chunks of n_batch tokens, a harder case than 4 rows.
 
 Session options (from runtime.toml): intra_op_num_threads = n_threads, inter_op_num_threads,
 execution_mode (sequential | parallel), enable_cpu_mem_arena (memory_arena) and
@@ -80,6 +85,7 @@ class _Past:
 class ONNXRuntimeEngine(StepwiseEngine):
     backend = "onnxruntime"
     first_chunk = 1
+    batched = True
 
     def __init__(
         self,
@@ -160,23 +166,27 @@ class ONNXRuntimeEngine(StepwiseEngine):
     def _reset(self, slot: _Past) -> None:
         slot.arrays = None
 
-    def _run(self, slot: _Past, ids: Sequence[int], pos: int) -> np.ndarray:
-        n = len(ids)
-        feed: dict[str, np.ndarray] = {
-            "input_ids": np.asarray(ids, dtype=np.int64)[None],
-            "attention_mask": np.ones((1, pos + n), dtype=np.int64),
-        }
+    def _infer(self, slot: _Past, ids: np.ndarray, positions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
         if self._has_position_ids:
-            feed["position_ids"] = np.arange(pos, pos + n, dtype=np.int64)[None]
+            feed["position_ids"] = positions
         past = slot.arrays
+        empty = np.repeat(self._empty_past, len(ids), axis=0) if past is None else None
         for name in self._past_names:
-            feed[name] = past[name] if past is not None else self._empty_past
+            feed[name] = past[name] if past is not None else empty
         try:
             results = self._session.run(self._outputs, feed)
         except Exception as exc:
             raise EngineError(f"ONNX Runtime failed to run the model: {exc}", "set EDGEKIT_DEBUG=1") from None
         slot.arrays = dict(zip(self._past_names, results[1:], strict=True))
-        return results[0][0]
+        return results[0]
+
+    def _export(self, slot: _Past) -> dict[str, np.ndarray]:
+        # the session returns new arrays at every call: these are never written again
+        return dict(slot.arrays) if slot.arrays is not None else {n: self._empty_past for n in self._past_names}
+
+    def _import(self, slot: _Past, state: dict[str, np.ndarray]) -> None:
+        slot.arrays = dict(state)
 
     # --- tokens -----------------------------------------------------------------------------------
 

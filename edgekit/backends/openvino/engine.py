@@ -5,12 +5,14 @@ out), so it cannot be stepped one token at a time across several sequences as `s
 requires, and it exposes no logits — validation would then measure a different code path (GenAI
 applies its own model transformations: logits slicing, and on CPU a paged-attention
 continuous-batching backend) from the one serving requests. One path here serves both: an infer
-request per sequence, whose model state *is* that sequence's KV cache (`beam_idx` = [0], batch 1),
-reset when the sequence finishes. Streaming is `step()` itself; the chat template comes from the
-artifact folder (the same Jinja text GenAI would apply).
+request per prompt, whose model state *is* that sequence's KV cache, reset when the sequence finishes.
+Streaming is `step()` itself; the chat template comes from the artifact folder (the same Jinja text
+GenAI would apply).
 
-Sequences are stepped one after another: the stateful IR keeps one KV state per request, so a
-batched step would need every sequence's state padded into one — what GenAI's paged attention does.
+Several sequences decode as the rows of one infer request: their states are read out
+(`query_state`), left-padded into one batch and written back (only when the batch's membership
+changes), and each step feeds one token per row, with per-row position ids, an attention mask of 0
+over each row's padding and `beam_idx` = 0…rows-1 (the IR gathers its state rows by it).
 
 Runtime properties (from runtime.toml): INFERENCE_NUM_THREADS = n_threads, PERFORMANCE_HINT =
 LATENCY, NUM_STREAMS, ENABLE_CPU_PINNING, SCHEDULING_CORE_TYPE, INFERENCE_PRECISION_HINT, and the
@@ -66,6 +68,7 @@ def compile_properties(
 
 class OpenVINOEngine(StepwiseEngine):
     backend = "openvino"
+    batched = True
 
     def __init__(
         self,
@@ -153,17 +156,23 @@ class OpenVINOEngine(StepwiseEngine):
     def _reset(self, slot: Any) -> None:
         slot.reset_state()
 
-    def _run(self, slot: Any, ids: Sequence[int], pos: int) -> np.ndarray:
-        n = len(ids)
+    def _infer(self, slot: Any, ids: np.ndarray, positions: np.ndarray, mask: np.ndarray) -> np.ndarray:
         slot.infer(
             {
-                "input_ids": np.asarray(ids, dtype=np.int64)[None],
-                "attention_mask": np.ones((1, pos + n), dtype=np.int64),
-                "position_ids": np.arange(pos, pos + n, dtype=np.int64)[None],
-                "beam_idx": np.zeros(1, dtype=np.int32),
+                "input_ids": ids,
+                "attention_mask": mask,
+                "position_ids": positions,
+                "beam_idx": np.arange(len(ids), dtype=np.int32),  # each row keeps its own state
             }
         )
-        return slot.get_tensor("logits").data[0]
+        return slot.get_tensor("logits").data
+
+    def _export(self, slot: Any) -> dict[str, np.ndarray]:
+        return {state.name: np.array(state.state.data, copy=True) for state in slot.query_state()}
+
+    def _import(self, slot: Any, state: dict[str, np.ndarray]) -> None:
+        for variable in slot.query_state():
+            variable.state = ov.Tensor(np.ascontiguousarray(state[variable.name]))
 
     # --- tokens -----------------------------------------------------------------------------------
 

@@ -7,8 +7,10 @@ and every ratio (tuned/baseline, batch 4/batch 1, Q4/Q8, no-mmap/mmap) is comput
 and then summarised by its median over the runs.
 
 Phase 1 sweeps the thread counts (decode and prompt separately) and picks the tuned settings;
-phase 2 measures loads, the tuned configuration at each concurrency, and the default-settings
-baseline. No torch, no build stages: this runs on the edge box too.
+phase 2 measures loads, the tuned configuration at each concurrency, llama.cpp's own llama-bench
+on the same file and threads (the peer row), and the default-settings `Llama()` row. Before them,
+the machine's two roofs: memory bandwidth and the fp16/int8 dot-product rate. No torch, no build
+stages: this runs on the edge box too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from edgekit.errors import BenchError
 from edgekit.runtime import machine
+from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.bandwidth import best_rate
 from edgekit.runtime.bench.jobs import mlock_allowed, run_job
 from edgekit.runtime.bench.results import LOAD_KEYS, BenchTarget, Samples, artifact_result, comparisons
@@ -27,7 +30,7 @@ from edgekit.runtime.bench.stats import ratio
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-BENCH_METHOD = 3
+BENCH_METHOD = 4
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
 # to the rest of the box and spin less when the box is busy.
 THREAD_TOLERANCE = 0.03
@@ -53,6 +56,10 @@ class Benchmark:
         self.threads = list(settings.threads or machine.thread_candidates(physical, logical))
         self.jobs_run = 0
         self.skipped: dict[str, str] = {}  # artifacts another backend's engine could not measure, and why
+        found = peer.find_tool() if settings.peer else (None, "not run ([bench] peer = false)")
+        self.peer_tool, self.peer_status = found
+        self.peer_failed: dict[str, str] = {}  # artifacts llama-bench could not measure, and why
+        self.peer_settings: dict[str, Any] | None = None
 
     # --- orchestration ------------------------------------------------------------------------
 
@@ -74,6 +81,7 @@ class Benchmark:
     def run(self) -> dict[str, Any]:
         started = time.time()
         bandwidth = self._bandwidth()
+        compute = self._compute()
         samples = {t.name: Samples() for t in self.targets}
         sweeps, tuned = self.thread_sweep(samples)
         extras = self._measure(self._measurable(), tuned, samples)
@@ -93,13 +101,15 @@ class Benchmark:
                 samples[target.name],
                 sweeps[target.name],
                 tuned[target.name],
-                bandwidth,
+                {"bandwidth": bandwidth, "compute": compute},
                 extras[target.name],
             )
         return {
             "schema_version": BENCH_SCHEMA,
             "machine": self.machine,
             "bandwidth": bandwidth,
+            "compute": compute,
+            "peer": self._peer_summary(gguf),
             "settings": {**self.settings.as_dict(), "threads_swept": self.threads},
             "artifacts": artifacts,
             "comparisons": comparisons(self.settings, gguf, samples),
@@ -159,6 +169,53 @@ class Benchmark:
             "note": "STREAM-style numpy kernels, one thread per process; best kernel median per process count",
         }
 
+    def _compute(self) -> dict[str, Any]:
+        """The fp16/int8 dot-product rate at each swept thread count (llama.cpp's kernels: GGUF artifacts only)."""
+        if not self.settings.compute or not any(t.backend == "gguf" for t in self.targets):
+            return {"skipped": "not measured ([bench] compute = false, or no GGUF artifact)"}
+        counts = sorted({t for t in self.threads if t <= self.machine["logical_cores"]} or {1})
+        by_threads: dict[str, Any] = {}
+        for threads in counts:
+            self.log(f"bench  dot-product rate (fp16, int8), {threads} thread(s)")
+            job = {"kind": "compute", "threads": threads, "runs": self.settings.runs,
+                   "cpus": list(self.settings.cpus) if self.settings.cpus else None}  # fmt: skip
+            by_threads[str(threads)] = self._job(job)["kernels"]
+        return {
+            "kernels_gops_by_threads": by_threads,
+            "best_gops_by_threads": {
+                t: {k: v["median"] for k, v in kernels.items()} for t, kernels in by_threads.items()
+            },
+            "note": "ggml matrix × vector products on cache-resident weights: F16 (fp16) and Q8_0 (int8); GOP/s, "
+            "one multiply-add = 2 operations; median of the runs",
+        }
+
+    def _peer_summary(self, gguf: list[BenchTarget]) -> dict[str, Any]:
+        out: dict[str, Any] = {"tool": peer.TOOL, "available": self.peer_tool is not None, "what": self.peer_status,
+                               "settings": self.peer_settings}  # fmt: skip
+        if self.peer_tool is None and gguf:
+            out["missing"] = f"no peer row: {self.peer_status}"
+        if self.peer_failed:
+            out["failed"] = dict(self.peer_failed)
+        return out
+
+    def _peer(self, target: BenchTarget, base: dict[str, Any], got: Samples) -> None:
+        """llama-bench on the same file and threads, right after edgekit's own run; ratios within the run."""
+        if self.peer_tool is None or target.name in self.peer_failed:
+            return
+        self.jobs_run += 1
+        try:
+            result = peer.measure(self.peer_tool, base, self.settings.job_timeout_s)
+        except BenchError as exc:
+            self.peer_failed[target.name] = exc.message
+            return
+        got.add(("peer", "decode_tok_s"), result["decode_tok_s"])
+        got.add(("peer", "prompt_tok_s"), result["prompt_tok_s"])
+        one = str(min(self.settings.concurrency))
+        for metric in ("decode_tok_s", "prompt_tok_s"):
+            ours = self._last(got, ("perf", one, metric))
+            got.add(("ratio", f"{metric.removesuffix('_tok_s')}_over_peer"), ratio(ours, result[metric]))
+        self.peer_settings = result["settings"]
+
     def _sweep(self, targets: list[BenchTarget], samples: dict[str, Samples]) -> dict[str, dict[str, Any]]:
         for run in range(self.settings.runs):
             order = self.threads[run % len(self.threads) :] + self.threads[: run % len(self.threads)]
@@ -204,6 +261,8 @@ class Benchmark:
                         got.add(("perf", str(concurrency), key), result[key])
                 if target.name in self.skipped:
                     continue
+                if gguf:
+                    self._peer(target, base, got)
                 if s.baseline and gguf:
                     result = self._job({**base, "kind": "baseline"})
                     extras[target.name]["baseline_settings"] = result["settings"]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.runtime.bench.compute import compute_roof
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.runtime.bench.stats import median, ratio, summary
 
@@ -51,7 +52,7 @@ def artifact_result(
     got: Samples,
     sweep: dict[str, Any],
     tuned: dict[str, int],
-    bandwidth: dict[str, Any],
+    roofs: dict[str, Any],
     extras: dict[str, Any],
 ) -> dict[str, Any]:
     s = settings
@@ -63,8 +64,8 @@ def artifact_result(
     }
     decode = median(perf[int(one)]["decode_tok_s"])
     # The roofline at the tuned decode thread count: the best bandwidth seen with up to that many processes.
-    usable = [v for p, v in bandwidth["best_gib_s_by_processes"].items() if int(p) <= tuned["n_threads"]]
-    bandwidth_gib_s = max(usable or bandwidth["best_gib_s_by_processes"].values())
+    best = roofs["bandwidth"]["best_gib_s_by_processes"]
+    bandwidth_gib_s = max([v for p, v in best.items() if int(p) <= tuned["n_threads"]] or best.values())
     roofline_tok_s = bandwidth_gib_s * 2**30 / bytes_per_token if bytes_per_token else None
     result: dict[str, Any] = {
         "backend": target.backend,
@@ -91,11 +92,53 @@ def artifact_result(
         "roofline_tok_s": round(roofline_tok_s, 2) if roofline_tok_s else None,
         "roofline_ratio": ratio(decode, roofline_tok_s),
     }
+    result.update(_compute_figures(target, tuned["n_threads"], roofs["compute"], decode, roofline_tok_s))
+    result.update(_peer_figures(got))
     result.update(_load_figures(got, extras))
     if s.baseline and got.stat("baseline", "decode_tok_s"):
         result.update(_baseline_figures(got, extras))
     result["spread"] = {" ".join(key): summary(values) for key, values in sorted(got.values.items())}
     return result
+
+
+def _compute_figures(
+    target: BenchTarget, threads: int, compute: dict[str, Any], decode: float | None, bandwidth_roof: float | None
+) -> dict[str, Any]:
+    """The compute roof at the tuned decode threads, and decode ÷ the lower of the two roofs (GGUF only)."""
+    rates_by_threads = compute.get("best_gops_by_threads") or {}
+    usable = [int(t) for t in rates_by_threads if int(t) <= threads] or [int(t) for t in rates_by_threads]
+    if target.backend != "gguf" or not usable or not target.path.is_file():
+        return {}
+    from edgekit.backends.gguf.info import matmul_params_by_type
+
+    params = matmul_params_by_type(target.path)
+    rates = rates_by_threads[str(max(usable))]
+    roof = compute_roof({t: 2 * n for t, n in params.items()}, rates)
+    lower = min((r for r in (roof, bandwidth_roof) if r), default=None)
+    return {
+        "ops_per_token": 2 * sum(params.values()),
+        "compute_gops": {k: rates.get(k) for k in ("fp16", "int8")},
+        "compute_roof_tok_s": round(roof, 2) if roof else None,
+        "compute_roof_ratio": ratio(decode, roof),
+        "roof_tok_s": round(lower, 2) if lower else None,
+        "roof_ratio": ratio(decode, lower),
+        "bound_by": None if lower is None else ("compute" if lower == roof else "bandwidth"),
+    }
+
+
+def _peer_figures(got: Samples) -> dict[str, Any]:
+    """llama-bench on the same file: its medians, and edgekit ÷ llama-bench taken within each run."""
+    if not got.stat("peer", "decode_tok_s"):
+        return {}
+    decode, prompt = got.stat("ratio", "decode_over_peer"), got.stat("ratio", "prompt_over_peer")
+    return {
+        "peer_decode_tok_s": median(got.stat("peer", "decode_tok_s")),
+        "peer_prompt_tok_s": median(got.stat("peer", "prompt_tok_s")),
+        "decode_over_peer": median(decode),
+        "prompt_over_peer": median(prompt),
+        "decode_over_peer_runs": [decode["min"], decode["max"]] if decode else None,
+        "prompt_over_peer_runs": [prompt["min"], prompt["max"]] if prompt else None,
+    }
 
 
 def _load_figures(got: Samples, extras: dict[str, Any]) -> dict[str, Any]:

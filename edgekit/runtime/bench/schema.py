@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-TOP_KEYS = ("schema_version", "machine", "bandwidth", "settings", "artifacts", "comparisons", "jobs", "seconds")
+TOP_KEYS = ("schema_version", "machine", "bandwidth", "compute", "peer", "settings", "artifacts", "comparisons", "jobs",
+            "seconds")  # fmt: skip
 MACHINE_KEYS = ("cpu_model", "arch", "physical_cores", "logical_cores", "numa_nodes", "memory_total_mib", "fingerprint")
 ARTIFACT_NUMBERS = (
     "bytes_per_token",
@@ -28,6 +29,8 @@ ARTIFACT_SERIES = (
 )
 # Bytes read per token: exact from a GGUF; other backends report it when their artifact recorded it.
 GGUF_ONLY = ("bytes_per_token", "roofline_tok_s", "roofline_ratio")
+PEER_NUMBERS = ("peer_decode_tok_s", "peer_prompt_tok_s", "decode_over_peer", "prompt_over_peer")
+COMPUTE_NUMBERS = ("ops_per_token", "compute_roof_tok_s", "compute_roof_ratio", "roof_tok_s", "roof_ratio")
 BASELINE_NUMBERS = (
     "baseline_decode_tok_s",
     "baseline_ttft_ms",
@@ -48,6 +51,7 @@ def schema_problems(result: dict[str, Any]) -> list[str]:
     if not best or not all(number(v) and v > 0 for v in best.values()):
         problems.append("bandwidth.best_gib_s_by_processes must map process counts to GiB/s")
     settings = result.get("settings", {})
+    problems += _roof_and_peer_problems(result, number)
     for name, a in result.get("artifacts", {}).items():
         if "skipped" in a:
             continue
@@ -71,4 +75,24 @@ def schema_problems(result: dict[str, Any]) -> list[str]:
         for key, stat in a.get("spread", {}).items():
             if not {"median", "min", "max", "n"} <= set(stat) or not stat["min"] <= stat["median"] <= stat["max"]:
                 problems.append(f"{name}.spread[{key}] is not a {{median, min, max, n}} summary")
+    return problems
+
+
+def _roof_and_peer_problems(result: dict[str, Any], number: Any) -> list[str]:
+    """The compute roof and the peer row: measured for every GGUF artifact, or said why not."""
+    problems: list[str] = []
+    compute, peer = result.get("compute"), result.get("peer")
+    if not isinstance(compute, dict) or not ("skipped" in compute or compute.get("best_gops_by_threads")):
+        problems.append("compute must hold best_gops_by_threads or say why it was skipped")
+    if not isinstance(peer, dict) or "available" not in peer:
+        problems.append("peer must say whether llama-bench was available")
+        peer = {}
+    gguf = {n: a for n, a in result.get("artifacts", {}).items() if a.get("backend") == "gguf" and "skipped" not in a}
+    if gguf and not peer.get("available") and not peer.get("missing") and result.get("settings", {}).get("peer"):
+        problems.append("peer: llama-bench unavailable but no reason given")
+    for name, a in gguf.items():
+        if peer.get("available") and name not in (peer.get("failed") or {}):
+            problems += [f"{name}.{k} is not a number: {a.get(k)!r}" for k in PEER_NUMBERS if not number(a.get(k))]
+        if isinstance(compute, dict) and "skipped" not in compute:
+            problems += [f"{name}.{k} is not a number: {a.get(k)!r}" for k in COMPUTE_NUMBERS if not number(a.get(k))]
     return problems

@@ -24,6 +24,8 @@ class BenchOptions(BaseModel):
     bandwidth_mib: int = Field(256, ge=16, le=16384, description="array size of the bandwidth probe")
     loads: bool = Field(True, description="time loads with/without mmap (and mlock), cold and warm page cache")
     warmup_tokens: int = Field(4, ge=0, le=256, description="decoded before any timing, as serve's warm-up does")
+    peer: bool = Field(True, description="llama.cpp's llama-bench on the same GGUF files, when the toolchain has it")
+    compute: bool = Field(True, description="measure the fp16/int8 dot-product rate for the compute roof")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class BenchSettings:
     load_prompt_tokens: int = 8  # the load probes time "loaded and answered a short prompt"
     cpus: tuple[int, ...] | None = None  # pin the workers to these CPUs (a NUMA node), None: as we are
     loads: bool = True
+    peer: bool = True
+    compute: bool = True
     sweep_max_decode_s: float = 3.0  # a sweep point slower than this stops decoding early (≥ 4 tokens)
     job_timeout_s: float = 900.0
 

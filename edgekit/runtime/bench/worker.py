@@ -10,6 +10,7 @@ Jobs (`kind`):
     sweep      one load, then prompt and decode speed at each thread count
     baseline   plain `llama_cpp.Llama(model_path)` with its default settings, same prompt, greedy
     bandwidth  the STREAM-style probe (edgekit.runtime.bench.bandwidth) with P processes
+    compute    the fp16/int8 dot-product rate with T threads (edgekit.runtime.bench.compute)
 """
 
 from __future__ import annotations
@@ -250,7 +251,14 @@ def job_bandwidth(job: dict[str, Any]) -> dict[str, Any]:
     return {"kernels": probe(job["array_mib"], job["runs"], job["processes"])}
 
 
-JOBS = {"load": job_load, "perf": job_perf, "sweep": job_sweep, "baseline": job_baseline, "bandwidth": job_bandwidth}
+def job_compute(job: dict[str, Any]) -> dict[str, Any]:
+    from edgekit.runtime.bench.compute import probe
+
+    return {"kernels": probe(job["threads"], job["runs"])}
+
+
+JOBS = {"load": job_load, "perf": job_perf, "sweep": job_sweep, "baseline": job_baseline, "bandwidth": job_bandwidth,
+        "compute": job_compute}  # fmt: skip
 
 
 def main() -> int:

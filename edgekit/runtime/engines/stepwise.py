@@ -1,9 +1,17 @@
 """Bookkeeping shared by the engines whose sequences each own a KV state (OpenVINO, ONNX Runtime).
 
-Each active sequence holds one *slot* — an OpenVINO infer request with its model state, or the
-past key/value arrays of an ONNX session — and `step()` advances the sequences one after another.
-Prompts are prefilled in chunks of `n_batch` tokens, for `start()` and `logits()` alike, so the
-logits validation measures come from the same code path that serves requests on the box.
+A *slot* holds KV state — an OpenVINO infer request with its model state, or the past key/value
+arrays of an ONNX session. Prompts are prefilled in a slot of their own, in chunks of `n_batch`
+tokens, for `start()` and `logits()` alike, so the logits validation measures come from the same
+code path that serves requests on the box.
+
+Decode is batched: with several sequences active, `step()` runs them as the rows of one inference
+call, so the weights are read once per step for all of them (decode on a CPU is bound by reading
+weights). The rows' KV states live in one *batch slot*, each row left-padded to the longest with an
+attention mask of 0 over its padding, and each row at its own positions. The batch is repacked
+(`edgekit.runtime.engines.batching.pack`) only when its membership changes: a sequence that starts
+is merged in at the next step, one that finishes is dropped at the next step, and the padding no
+remaining row needs is trimmed then.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import numpy as np
 
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
+from edgekit.runtime.engines.batching import Batch, attention_mask, pack
 from edgekit.runtime.engines.hf_files import HFFiles
 from edgekit.runtime.engines.sampling import new_rng, sample
 
@@ -25,7 +34,7 @@ MAX_SEQUENCES = 4
 
 @dataclass
 class _Sequence:
-    slot: Any
+    slot: Any  # its own KV state after the prompt; None once merged into the batch slot
     pos: int  # tokens in the KV state: the next token goes to this position
     last: int  # the token to feed at the next step
     sampling: Sampling
@@ -33,7 +42,8 @@ class _Sequence:
 
 
 class StepwiseEngine(VocabularyMixin):
-    """Subclasses set the sizes below and implement `_new_slot`, `_reset` and `_run`, and `detokenize`."""
+    """Subclasses set the sizes below and implement `_new_slot`, `_reset`, `_infer` (or only `_run`) and
+    `detokenize`; with `_export` and `_import` too, they set `batched` and decode sequences as rows of one call."""
 
     backend: str
     max_sequences: int
@@ -42,6 +52,7 @@ class StepwiseEngine(VocabularyMixin):
     n_vocab: int
     # Prefill this many leading tokens on their own before the n_batch chunks (0: no split).
     first_chunk: int = 0
+    batched: bool = False
 
     def _open_folder(self, folder: Path, files: tuple[str, ...], kind: str) -> None:
         """The artifact folder, with the files this engine reads (else: not an artifact this backend built)."""
@@ -60,6 +71,7 @@ class StepwiseEngine(VocabularyMixin):
         self._seqs: dict[int, _Sequence] = {}
         self._free: list[Any] = []
         self._scratch: Any = None
+        self._batch: Batch | None = None
 
     def _read_vocabulary(
         self,
@@ -93,14 +105,30 @@ class StepwiseEngine(VocabularyMixin):
     def _reset(self, slot: Any) -> None:
         raise NotImplementedError
 
-    def _run(self, slot: Any, ids: Sequence[int], pos: int) -> np.ndarray:
-        """Feed `ids` at positions pos… into `slot`'s KV state; return their logits, (len(ids), vocab)."""
+    def _infer(self, slot: Any, ids: np.ndarray, positions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """One inference call: `ids` and `positions` (rows, n) appended to `slot`'s KV state of mask.shape[1] - n
+        cells a row, `mask` (rows, cells + n) 0 over padding; the logits, (rows, n, vocab)."""
         raise NotImplementedError
+
+    def _export(self, slot: Any) -> dict[str, np.ndarray]:
+        """`slot`'s KV state: name → (rows, kv_heads, cells, head_dim) arrays, never written by the slot again."""
+        raise NotImplementedError
+
+    def _import(self, slot: Any, state: dict[str, np.ndarray]) -> None:
+        """Replace `slot`'s KV state (what `_export` returns, any number of rows and cells)."""
+        raise NotImplementedError
+
+    def _run(self, slot: Any, ids: Sequence[int], pos: int) -> np.ndarray:
+        """Feed `ids` at positions pos… into a one-row `slot`; return their logits, (len(ids), vocab)."""
+        n = len(ids)
+        positions = np.arange(pos, pos + n, dtype=np.int64)[None]
+        return self._infer(slot, np.asarray(ids, dtype=np.int64)[None], positions, np.ones((1, pos + n), np.int64))[0]
 
     def _drop_slots(self) -> None:
         """Forget every slot (after the model was recompiled); active sequences must be finished first."""
         self._free.clear()
         self._scratch = None
+        self._batch = None
 
     # --- the Engine protocol ----------------------------------------------------------------------
 
@@ -136,31 +164,82 @@ class StepwiseEngine(VocabularyMixin):
         return state.last
 
     def step(self) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for seq in sorted(self._seqs):
-            state = self._seqs[seq]
-            if state.pos >= self.n_ctx:
+        order = sorted(self._seqs)
+        for seq in order:
+            if self._seqs[seq].pos >= self.n_ctx:
                 raise UsageError(
                     f"sequence {seq} filled its context of {self.n_ctx} tokens",
                     "finish it; callers must stop at n_ctx (prompt + generated tokens)",
                 )
-            row = self._run(state.slot, [state.last], state.pos)[-1]
+        if not order:
+            return {}
+        batch = self.batched and (len(order) > 1 or self._batch is not None)
+        rows = self._step_rows(order) if batch else {}  # else one after another, each in its own slot
+        out: dict[int, int] = {}
+        for seq in order:
+            state = self._seqs[seq]
+            if seq not in rows:
+                rows[seq] = self._run(state.slot, [state.last], state.pos)[-1]
             state.pos += 1
-            state.last = sample(row, state.sampling, state.rng)
+            state.last = sample(rows[seq], state.sampling, state.rng)
             out[seq] = state.last
         return out
 
     def finish(self, seq: int) -> None:
         state = self._seqs.pop(seq, None)
-        if state is not None:
-            self._reset(state.slot)
-            self._free.append(state.slot)
+        if state is not None and state.slot is not None:
+            self._release(state.slot)
+        batch = self._batch
+        if batch is not None and not any(s in self._seqs for s in batch.rows):
+            self._release(batch.slot)  # its rows are dropped at the next step otherwise
+            self._batch = None
 
     @property
     def active(self) -> list[int]:
         return sorted(self._seqs)
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _release(self, slot: Any) -> None:
+        self._reset(slot)
+        self._free.append(slot)
+
+    def _step_rows(self, order: list[int]) -> dict[int, np.ndarray]:
+        """One token of every active sequence in one inference call over the batch slot."""
+        batch = self._rebatch(order)
+        states = [self._seqs[s] for s in order]
+        lengths = [s.pos for s in states]
+        tokens = np.array([[s.last] for s in states], dtype=np.int64)
+        positions = np.array([[s.pos] for s in states], dtype=np.int64)
+        logits = self._infer(batch.slot, tokens, positions, attention_mask(lengths, batch.cells, 1))
+        batch.cells += 1
+        return {seq: logits[r, -1] for r, seq in enumerate(order)}
+
+    def _rebatch(self, order: list[int]) -> Batch:
+        """The batch slot holding exactly the rows of `order`, repacked if its membership changed."""
+        batch = self._batch
+        if batch is not None and batch.rows == order:
+            return batch
+        merged = batch.rows if batch is not None else []
+        old = self._export(batch.slot) if batch is not None and any(s in merged for s in order) else {}
+        parts = []
+        for seq in order:
+            state = self._seqs[seq]
+            if seq in merged:
+                r = merged.index(seq)
+                parts.append(({name: a[r : r + 1] for name, a in old.items()}, state.pos))
+            else:
+                parts.append((self._export(state.slot), state.pos))
+        packed, cells = pack(parts)
+        slot = batch.slot if batch is not None else (self._free.pop() if self._free else self._new_slot())
+        self._import(slot, packed)
+        for seq in order:
+            state = self._seqs[seq]
+            if state.slot is not None:
+                self._release(state.slot)
+                state.slot = None
+        self._batch = Batch(rows=list(order), slot=slot, cells=cells)
+        return self._batch
 
     def _chunks(self, n: int) -> Iterator[tuple[int, int]]:
         begin = 0
