@@ -1,4 +1,9 @@
-"""runtime.toml: how the bundle runs on the box. `runtime.local.toml` (from `edgekit tune`) overrides it."""
+"""runtime.toml: how the bundle runs on the box. `runtime.local.toml` (from `edgekit tune`) overrides it.
+
+`[runtime]` configures the default artifact. `[artifacts.NAME]` tables hold what the bench measured for
+each other artifact (threads, concurrency: an OpenVINO artifact batches differently from a GGUF one);
+they apply when that artifact is the one run (`--artifact NAME`, or `artifact = "NAME"`).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from edgekit.errors import RuntimeConfigError
 
 RUNTIME_FILE = "runtime.toml"
 LOCAL_FILE = "runtime.local.toml"
+# What an [artifacts.NAME] table may set: what the bench measures per artifact.
+PER_ARTIFACT_KEYS = ("n_threads", "n_threads_batch", "max_concurrent", "use_mmap", "derived_from")
 
 
 class RuntimeConfig(BaseModel):
@@ -44,15 +51,28 @@ class RuntimeConfig(BaseModel):
 
 
 def render_runtime_toml(values: dict[str, Any]) -> str:
+    """runtime.toml from the [runtime] values; an `artifacts` entry ({name: values}) becomes [artifacts.NAME]."""
+    values = dict(values)
+    per_artifact = values.pop("artifacts", None) or {}
     config = RuntimeConfig(**values)
+    tables: dict[str, Any] = {"runtime": config.model_dump(exclude_none=True)}
+    if per_artifact:
+        tables["artifacts"] = {name: {k: v for k, v in entry.items() if k in PER_ARTIFACT_KEYS}
+                               for name, entry in per_artifact.items()}  # fmt: skip
+        for name, entry in tables["artifacts"].items():
+            RuntimeConfig(**{**values, **entry, "artifact": name})  # each one must make a valid config
     header = (
         "# How this bundle runs on the box. Signed with the bundle (listed in manifest.json).\n"
         "# To change it on one box, run `edgekit tune BUNDLE` or write runtime.local.toml beside it.\n"
     )
-    return header + tomli_w.dumps({"runtime": config.model_dump(exclude_none=True)})
+    return header + tomli_w.dumps(tables)
 
 
-def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None) -> RuntimeConfig:
+def load_runtime_config(
+    bundle: Path, overrides: dict[str, Any] | None = None, artifact: str | None = None
+) -> RuntimeConfig:
+    """[runtime], then the chosen artifact's [artifacts.NAME] table, of runtime.toml then runtime.local.toml;
+    then `overrides`. `artifact`: the artifact to run (default: the one [runtime] names)."""
     values: dict[str, Any] = {}
     for name in (RUNTIME_FILE, LOCAL_FILE):
         path = bundle / name
@@ -63,6 +83,10 @@ def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None) -
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {name}") from None
         values.update(data.get("runtime", {}))
+        tables = data.get("artifacts")
+        entry = tables.get(artifact or values.get("artifact")) if isinstance(tables, dict) else None
+        if isinstance(entry, dict):
+            values.update({k: v for k, v in entry.items() if k in PER_ARTIFACT_KEYS})
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return RuntimeConfig(**values)

@@ -47,7 +47,7 @@ def inspect_bundle(
     """Verify `bundle` and resolve how it runs here, without loading the model."""
     bundle = Path(bundle).absolute()
     manifest = verify_bundle(bundle) if verify else _manifest(bundle)
-    config = load_runtime_config(bundle, overrides)
+    config = load_runtime_config(bundle, overrides, artifact=artifact)
     record = artifact_record(manifest, artifact or config.artifact)
     plan = numa.choose_policy(numa.read_topology(), int(record.get("size") or 0), config.numa, config.numa_node)
     cpus = machine.logical_cores()  # the CPUs this process may use (numactl or a container may give fewer)

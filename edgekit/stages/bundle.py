@@ -134,7 +134,12 @@ def runtime_values(
         "derived_from": "recipe defaults and this machine's physical cores (bench disabled)",
     }
     if bench:
-        values.update(derive_runtime(bench, chosen.name, values))
+        base = dict(values)
+        values.update(derive_runtime(bench, chosen.name, base))
+        others = [a.name for a in artifacts if a.name != chosen.name and (bench.get("artifacts") or {}).get(a.name)]
+        # each other artifact as the bench measured it: its own threads and concurrency (per backend)
+        per_artifact = {name: derive_runtime(bench, name, base) for name in others}
+        values["artifacts"] = {name: v for name, v in per_artifact.items() if "n_threads" in v}
     return values
 
 

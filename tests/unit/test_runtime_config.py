@@ -85,3 +85,18 @@ def test_derive_runtime_takes_threads_mmap_and_concurrency_from_the_bench() -> N
     assert derive_runtime(bench, "b", {"derived_from": "recipe defaults"}) == {
         "derived_from": "recipe defaults; bench: not measured"
     }
+
+
+def test_each_artifact_runs_with_what_the_bench_measured_for_it(tmp_path: Path) -> None:
+    per_artifact = {"openvino-INT8": {"n_threads": 2, "n_threads_batch": 2, "max_concurrent": 4, "derived_from": "x"}}
+    (tmp_path / "runtime.toml").write_text(
+        render_runtime_toml({**BASE, "max_concurrent": 1, "artifacts": per_artifact})
+    )
+    default = load_runtime_config(tmp_path)
+    assert (default.artifact, default.n_threads, default.max_concurrent) == ("gguf-Q4_K_M", 4, 1)
+    other = load_runtime_config(tmp_path, artifact="openvino-INT8")
+    assert (other.n_threads, other.n_threads_batch, other.max_concurrent, other.n_ctx) == (2, 2, 4, 2048)
+    (tmp_path / LOCAL_FILE).write_text("[runtime]\nmax_concurrent = 2\n")  # a person's local choice still wins
+    assert load_runtime_config(tmp_path, artifact="openvino-INT8").max_concurrent == 2
+    with pytest.raises(ValueError):
+        render_runtime_toml({**BASE, "artifacts": {"bad": {"max_concurrent": 9}}})
