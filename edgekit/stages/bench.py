@@ -13,6 +13,12 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
                             fingerprint
     bandwidth               array_mib, kernels_gib_s_by_processes {P: {copy|add|triad|read: summary}},
                             best_gib_s_by_processes {P: GiB/s}  (STREAM-style probe, P processes at once)
+    compute                 kernels_gops_by_threads {T: {fp16|int8: summary}}, best_gops_by_threads {T: {fp16,
+                            int8}}: ggml's F16 and Q8_0 matrix × vector rate on cache-resident weights, GOP/s
+                            (or {skipped: reason})
+    peer                    tool ("llama-bench"), available, what (its llama.cpp commit), settings (what
+                            llama-bench reported it ran with), missing (why there is no peer row), failed
+                            {artifact: why}
     settings                the [bench] recipe section as run, n_ctx/n_batch, threads_swept
     artifacts {name: ...}   per artifact. GGUF: everything below. Other backends are measured through their
                             runtime engine (threads, TTFT, decode by sequences, RSS); the load modes, the
@@ -31,13 +37,21 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
         bandwidth_gib_s     best measured bandwidth with up to n_threads processes
         roofline_tok_s      bandwidth_gib_s × 2^30 ÷ bytes_per_token: decode speed if only memory limited it
         roofline_ratio      decode_tok_s ÷ roofline_tok_s
+        ops_per_token, compute_gops {fp16, int8}    2 × weights multiplied per token; the rates at n_threads
+        compute_roof_tok_s  1 ÷ Σ(ops per token of each tensor type ÷ its rate): decode if only compute limited it
+        compute_roof_ratio  decode_tok_s ÷ compute_roof_tok_s
+        roof_tok_s, roof_ratio, bound_by    the lower roof, decode ÷ it, and which one it is
+        peer_decode_tok_s, peer_prompt_tok_s        llama-bench on the same file and threads
+        decode_over_peer, prompt_over_peer          edgekit ÷ llama-bench, within each run, median
+        decode_over_peer_runs, prompt_over_peer_runs    [min, max] of those ratios over the runs
         load_ms_<mode>_<cache>, first_token_ms_<mode>_<cache>
                             mode: mmap | no_mmap | mlock; cache: cold (file evicted from the page cache
                             with posix_fadvise) | warm. load_ms: llama_model_load_from_file alone;
                             first_token_ms: from the start of the load to the first token of a short prompt
         no_mmap_over_mmap_cold_first_token, no_mmap_over_mmap_warm_first_token    ratios within each run
         baseline_decode_tok_s, baseline_ttft_ms, baseline_prompt_tok_s, baseline_peak_rss_mib,
-        baseline_settings   plain `llama_cpp.Llama(model_path)` with its defaults, same prompt, greedy
+        baseline_settings   plain `llama_cpp.Llama(model_path)` with llama-cpp-python's defaults (n_threads =
+                            CPUs/2), same prompt, greedy: a first try with the bindings, not llama.cpp's best
         tuned_over_baseline_decode          decode_tok_s ÷ baseline_decode_tok_s, within each run
         baseline_over_tuned_ttft            baseline_ttft_ms ÷ ttft_ms (> 1: tuned answers sooner)
         load {mode: {cache: {load_ms, context_ms, first_token_ms, peak_rss_mib, rss_anon_mib,

@@ -7,7 +7,8 @@ bounds that scheme must meet on the real SmolLM2-135M checkpoint:
     → logits for token ids: right shape, and close to the torch reference (top-1, mean KL) on a short text
     → the bundle holds the artifact (file or folder) and verifies
     → the runtime engine loads it from the bundle in a process without torch, and generates;
-      its first greedy token is the argmax of its own logits() — the validation seam is the serving path.
+      its first greedy token is the argmax of its own logits() — the validation seam is the serving path;
+      three sequences decoded together (one joining while two run) get what each gets alone.
 """
 
 from __future__ import annotations
@@ -47,7 +48,24 @@ tokens = [engine.start(0, prompt, Sampling())]
 tokens += [engine.step()[0] for _ in range(11)]
 engine.finish(0)
 chat = engine.tokenize("<|im_start|>user", special=True)
+# Batched decode: three sequences, one joining while two run, against each one alone.
+prompts = [engine.tokenize(t) for t in ("The capital of France is", "Once upon a time, in a small village", "1, 2, 3,")]
+alone = []
+for p in prompts:
+    alone.append([engine.start(0, p, Sampling())] + [engine.step()[0] for _ in range(7)])
+    engine.finish(0)
+together = {s: [engine.start(s, prompts[s], Sampling())] for s in (0, 1)}
+for _ in range(2):
+    for s, t in engine.step().items():
+        together[s].append(t)
+together[2] = [engine.start(2, prompts[2], Sampling())]
+while any(len(v) < 8 for v in together.values()):
+    for s, t in engine.step().items():
+        together[s].append(t)
+        if len(together[s]) == 8:
+            engine.finish(s)
 print(json.dumps({
+    "batched_same": [together[s] == alone[s] for s in range(3)],
     "backend": engine.backend,
     "tokens": tokens,
     "expected_first": expected,
@@ -103,6 +121,9 @@ class BackendContract:
     min_top1: ClassVar[float]  # on REFERENCE_TEXTS, ~400 tokens
     max_kld: ClassVar[float]
     folder: ClassVar[bool] = True  # the artifact is a folder (IR, ONNX) rather than one file (GGUF)
+    # sequences decoded as rows of one call give each the tokens it gets alone (ONNX Runtime's dynamic INT8
+    # quantizes a call's activations with one scale, so its rows can drift: see its engine's docstring)
+    min_batched_same: ClassVar[int] = 3
 
     # --- the contract ---------------------------------------------------------------------------
 
@@ -168,6 +189,7 @@ class BackendContract:
         assert out["tokens"][0] == out["expected_first"]  # start() and logits() agree
         assert len(out["tokens"]) == 12 and out["text"].strip()
         assert out["eos"] and out["template"] and out["chat_ids"] == [1, 4093]
+        assert sum(out["batched_same"]) >= self.min_batched_same, out["batched_same"]
 
 
 class TestGGUF(BackendContract):
@@ -199,3 +221,4 @@ class TestONNXRuntimeInt8(BackendContract):
     expected_types: ClassVar[set[str]] = {"int8_per_channel", "uint8", "f32"}
     bits = (8.0, 9.5)
     min_top1, max_kld = 0.7, 0.3
+    min_batched_same = 0  # measured: see the engine's docstring

@@ -268,7 +268,7 @@ def test_bench_stage_output_renders_with_labels() -> None:
     md, html = render(report, {"bench": ("Benchmark", figure)} if figure else {})
     assert figure and figure[:4] == b"\x89PNG"
     for text in (md, html):
-        assert "decode, one sequence (tok/s)" in text and "decode ÷ roofline" in text
+        assert "decode, one sequence (tok/s)" in text and "decode ÷ bandwidth roof" in text
         assert "decode_tok_s_by_sequences" in text and "machine.cpu_model" in text
     decode = bench["artifacts"]["gguf-Q8_0"]["decode_tok_s"]
     assert "| decode, one sequence (tok/s) |" in md and f"{decode:.4g}" in md

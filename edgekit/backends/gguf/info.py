@@ -9,11 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# Tensors read once per generated token: every weight matrix except the token embedding table
-# (a lookup reads one row). With tied embeddings the table doubles as the output projection and is
-# then read in full.
-EMBEDDING_TENSOR = "token_embd.weight"
-OUTPUT_TENSOR = "output.weight"
+from edgekit.runtime.gguf_tensors import EMBEDDING_TENSOR, OUTPUT_TENSOR
 
 
 def tensor_summary(path: Path) -> dict[str, Any]:
@@ -57,21 +53,6 @@ def tensor_summary(path: Path) -> dict[str, Any]:
         "file_type": field("general.file_type"),
         "architecture": field("general.architecture"),
     }
-
-
-def matmul_params_by_type(path: Path) -> dict[str, int]:
-    """{tensor type: weights multiplied per generated token}: every matrix but the embedding lookup (which is
-    the output projection too when tied). Norms and biases are vectors and left out: a rounding error here."""
-    import gguf
-
-    reader = gguf.GGUFReader(path)
-    tied = OUTPUT_TENSOR not in {t.name for t in reader.tensors}
-    out: dict[str, int] = {}
-    for tensor in reader.tensors:
-        if sum(int(d) > 1 for d in tensor.shape) < 2 or (tensor.name == EMBEDDING_TENSOR and not tied):
-            continue
-        out[tensor.tensor_type.name] = out.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
-    return out
 
 
 def metadata(path: Path, prefix: str = "") -> dict[str, Any]:

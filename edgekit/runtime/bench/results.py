@@ -109,7 +109,7 @@ def _compute_figures(
     usable = [int(t) for t in rates_by_threads if int(t) <= threads] or [int(t) for t in rates_by_threads]
     if target.backend != "gguf" or not usable or not target.path.is_file():
         return {}
-    from edgekit.backends.gguf.info import matmul_params_by_type
+    from edgekit.runtime.gguf_tensors import matmul_params_by_type
 
     params = matmul_params_by_type(target.path)
     rates = rates_by_threads[str(max(usable))]
