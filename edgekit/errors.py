@@ -85,6 +85,22 @@ class SourceTokenizerError(SourceError):
         )
 
 
+class ReferenceMismatchError(UsageError):
+    """An imported reference was computed from other inputs than the recipe plans (`build --reference DIR`)."""
+
+    def __init__(self, source: Path, differences: list[tuple[str, str, str]]) -> None:
+        self.source = source
+        self.differences = differences
+        names = ", ".join(name for name, _, _ in differences)
+        detail = "; ".join(f"{name}: imported {old}, this recipe {new}" for name, old, new in differences)
+        super().__init__(
+            f"the reference in {source} was computed from other inputs than this recipe's: {names} "
+            f"differ{'s' if len(differences) == 1 else ''} ({detail})",
+            "export it again from this recipe (`edgekit reference RECIPE --export DIR` where it can run), or make "
+            "the recipe match the one it was computed for; nothing was built",
+        )
+
+
 class MissingDependencyError(EdgekitError):
     exit_code = ExitCode.ENVIRONMENT
 

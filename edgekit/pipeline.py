@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.cache import CacheEntry, StageCache
-from edgekit.errors import GateFailure
+from edgekit.errors import GateFailure, UsageError
 from edgekit.executors.base import Executor, TaskEvent, Tools
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
@@ -27,6 +27,7 @@ from edgekit.report.model import build_report
 from edgekit.report.render import write_reports
 from edgekit.stages import bundle, fetch, quantize
 from edgekit.stages.reference import load_reference, noise_floor_metrics
+from edgekit.stages.reference_transfer import import_reference
 
 STAGE_GROUPS = {"convert": "convert+quantize", "quantize": "convert+quantize"}
 
@@ -64,11 +65,17 @@ def build(
     command: str = "edgekit build",
     threads: int | None = None,
     executor: Executor | None = None,
+    reference_dir: Path | None = None,
 ) -> BuildResult:
+    """`reference_dir`: a reference exported by `edgekit reference --export`, imported when it is the one planned."""
     started = time.time()
     final = output_path(recipe, out_dir, project or Path.cwd())
     plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None, threads=threads,
                      command=command)  # fmt: skip
+    if reference_dir is not None:
+        if plan.reference is None:
+            raise UsageError("--reference was given, but this recipe has [validation] enabled = false")
+        import_reference(reference_dir, cache, plan.reference)
     return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started)
 
 

@@ -291,6 +291,14 @@ def _contradictions(spec: RecipeModel) -> list[RecipeProblem]:
             RecipeProblem(key, "sets accuracy gates, but [validation] enabled = false; enable validation or remove it")
             for key in gated
         ]
+    if validation.enabled and validation.context_length > runtime.n_ctx:
+        found.append(
+            RecipeProblem(
+                "validation.context_length",
+                f"{validation.context_length} is larger than the context the bundle runs with (bundle.runtime.n_ctx = "
+                f"{runtime.n_ctx}); validation runs each artifact as the box will. Lower context_length or raise n_ctx",
+            )
+        )
     if runtime.max_request_tokens > runtime.n_ctx:
         found.append(
             RecipeProblem(

@@ -36,10 +36,6 @@ def build(
 
     loaded = load_recipe(recipe_path(recipe))
     cache = open_cache(cache_dir)
-    if reference_dir:
-        from edgekit.stages.reference import import_reference
-
-        import_reference(Path(reference_dir), cache)
     command = "edgekit build " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     with RichProgressReporter(err_console) as progress:
         result = run_build(
@@ -49,6 +45,7 @@ def build(
             out_dir=Path(out_dir) if out_dir else None,
             command=command.strip(),
             threads=threads,
+            reference_dir=Path(reference_dir) if reference_dir else None,
         )
     optional = {t.name for t in loaded.targets if not t.required}
     _render_verdicts(result.verdicts, result.excluded, optional)
@@ -122,7 +119,8 @@ def reference(recipe: str | None, cache_dir: str | None, threads: int | None, ex
     from edgekit.plan import make_plan
     from edgekit.progress import RichProgressReporter
     from edgekit.recipe import load_recipe
-    from edgekit.stages.reference import export_reference, load_reference
+    from edgekit.stages.reference import load_reference
+    from edgekit.stages.reference_transfer import export_reference
 
     loaded = load_recipe(recipe_path(recipe))
     cache = open_cache(cache_dir)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.backends.base import BuildEnv
-from edgekit.evaldata import EvalPlan, load_text
+from edgekit.evaldata import load_text
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.evaluation import eval_plan
+from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
 from edgekit.plan.tasks import (
     STAGE_ORDER,
@@ -27,6 +28,7 @@ from edgekit.plan.tasks import (
     Bootstrap,
     BundleTask,
     ConvertTask,
+    EngineSettings,
     Exclusion,
     FetchTask,
     QuantizeTask,
@@ -103,10 +105,10 @@ def make_plan(
         check_gguf_tokenizer(fetch, load_text(recipe.spec.validation.text, recipe.base_dir), cache_root)
     cfg = recipe.spec.validation
     evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root) if cfg.enabled else None
-    reference = _reference(recipe, fetch, evaluation) if evaluation is not None else None
+    reference = reference_task(cfg, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    targets = tuple(_target(recipe, t, converts[t.backend], reference) for t in kept)
+    targets = tuple(_target(recipe, t, converts[t.backend], reference, threads) for t in kept)
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -135,26 +137,20 @@ def _convert(fetch: FetchTask, backend: str, versions: dict[str, Any], provenanc
     return ConvertTask(fetch, backend, versions, provenance, direct=direct)
 
 
-def _reference(recipe: Recipe, fetch: FetchTask, evaluation: EvalPlan) -> ReferenceTask:
-    cfg = recipe.spec.validation
-    return ReferenceTask(
-        checkpoint=fetch,
-        eval=evaluation,
-        device=cfg.reference_device,
-        dtype=cfg.reference_dtype,
-        noise_floor_dtype=cfg.noise_floor_dtype,
-        top_k=cfg.top_k,
-        tail_samples=cfg.tail_samples,
-        seed=cfg.seed,
-    )
-
-
 def _bootstrap(recipe: Recipe) -> Bootstrap:
     cfg = recipe.spec.validation
     return Bootstrap(cfg.bootstrap_resamples, cfg.bootstrap_block_tokens, cfg.seed)
 
 
-def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: ReferenceTask | None) -> TargetPlan:
+def _engine_settings(recipe: Recipe, threads: int) -> EngineSettings:
+    """What runtime.toml will hold before the bench tunes the threads: validation runs the engine that way."""
+    runtime = recipe.spec.bundle.runtime
+    return EngineSettings(n_ctx=runtime.n_ctx, n_batch=runtime.n_batch, n_threads=threads)
+
+
+def _target(
+    recipe: Recipe, target: Target, convert: ConvertTask, reference: ReferenceTask | None, threads: int
+) -> TargetPlan:
     backend = build_backend(target.backend)
     calibration = None
     if backend.needs_calibration(target.scheme, target.options):
@@ -168,7 +164,9 @@ def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: Ref
         calibration=calibration,
         name=target.name,
     )
-    validate = ValidateTask(quantize, reference, _bootstrap(recipe)) if reference is not None else None
+    validate = None
+    if reference is not None:
+        validate = ValidateTask(quantize, reference, _bootstrap(recipe), _engine_settings(recipe, threads))
     return TargetPlan(
         name=target.name,
         backend=target.backend,

@@ -150,12 +150,13 @@ class ReferenceTask(Task):
     stage: ClassVar[str] = "reference"
     checkpoint: FetchTask
     eval: EvalPlan
-    device: str  # as requested: auto | cpu | cuda
-    dtype: str  # as requested: auto | float32 | float16 | bfloat16
+    device: str  # resolved at planning time: cpu | cuda (see edgekit.plan.reference)
+    dtype: str  # resolved: float32 | float16 | bfloat16
     noise_floor_dtype: str
     top_k: int
     tail_samples: int
     seed: int
+    versions: dict[str, str | None]  # torch and transformers, the arithmetic of the reference
 
     @property
     def label(self) -> str:
@@ -176,11 +177,27 @@ class Bootstrap:
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """How validation runs an artifact: through its runtime engine, configured as the bundle's runtime.toml will
+    configure it (the recipe's [bundle.runtime] context and batch, the build's thread count, mmap on)."""
+
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    use_mmap: bool = True
+
+    def config(self) -> dict[str, Any]:
+        """Keyword arguments of `BuildBackend.open_runner`."""
+        return {"n_ctx": self.n_ctx, "threads": self.n_threads, "n_batch": self.n_batch, "use_mmap": self.use_mmap}
+
+
+@dataclass(frozen=True)
 class ValidateTask(Task):
     stage: ClassVar[str] = "validate"
     artifact: QuantizeTask
     reference: ReferenceTask
     bootstrap: Bootstrap
+    engine: EngineSettings
 
     @property
     def label(self) -> str:

@@ -6,23 +6,19 @@ log-probability of the actual next token (1,028 bytes a token with k = 64 and 64
 for wikitext-2's 330k tokens, for a 32k or a 150k vocabulary alike, where full FP16 logits would be
 21 GiB or 100 GiB). Arrays are written window by window into memory-mapped .npy files and read back
 the same way, so memory does not grow with the eval length. The noise floor (the reference against
-itself in a second dtype) is computed here too. `export_reference` / `import_reference` carry the
-entry from a GPU box to CPU build boxes.
+itself in a second dtype) is computed here too. `edgekit.stages.reference_transfer`
+carries the entry from a GPU box to CPU build boxes.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgekit.cache import CacheEntry, StageCache
-from edgekit.errors import UsageError
+from edgekit.cache import CacheEntry
 from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
 from edgekit.metrics import reference_slice
 from edgekit.plan.tasks import Bootstrap, ReferenceTask
@@ -175,29 +171,3 @@ def noise_floor_metrics(ref: Reference, bootstrap: Bootstrap) -> dict[str, Any] 
     evaluation = load_evaluation(ref.path / noise["file"], noise["task_scores"])
     summary = summarise(evaluation, ref, bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
     return {"dtype": noise["dtype"], **summary, "token_file": str(ref.path / noise["file"])}
-
-
-def export_reference(entry: CacheEntry, dest: Path) -> Path:
-    """Copy a reference cache entry so another machine can import it into its cache."""
-    target = dest / f"{STAGE}-{entry.key}"
-    shutil.copytree(entry.path, target)
-    return target
-
-
-def import_reference(src: Path, cache: StageCache) -> CacheEntry:
-    try:
-        meta = json.loads((src / "entry.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        meta = {}
-    if meta.get("stage") != STAGE or "key" not in meta:
-        raise UsageError(f"{src} is not a reference exported by `edgekit reference --export`")
-    final = cache.entry_path(STAGE, meta["key"])
-    if not final.exists():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.pid{os.getpid()}.partial")
-        shutil.copytree(src, tmp)
-        os.replace(tmp, final)
-    found = cache.lookup(STAGE, meta["key"])
-    if found is None:
-        raise UsageError(f"{src} is incomplete or damaged (file sizes differ from its entry.json)")
-    return found

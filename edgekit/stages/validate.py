@@ -8,10 +8,11 @@ from the plan (`edgekit.gates`), so changing a threshold re-judges without re-ru
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from edgekit.plan.tasks import Bootstrap, ValidateTask
+from edgekit.plan.tasks import Bootstrap, EngineSettings, ValidateTask
 from edgekit.progress import Progress
 from edgekit.records import Artifact
 from edgekit.registry import build_backend
@@ -27,16 +28,25 @@ def run(task: ValidateTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     artifact = quantize.artifact(task.artifact, ctx.entry(task.artifact))
     ref = load_reference(task.reference, ctx.entry(task.reference))
     return validate_artifact(artifact, ref, task.reference.eval.text.text, task.bootstrap, out, ctx.progress,
-                             ctx.threads)  # fmt: skip
+                             task.engine)  # fmt: skip
 
 
 def validate_artifact(
-    artifact: Artifact, ref: Reference, text: str, bootstrap: Bootstrap, out: Path, progress: Progress, threads: int
+    artifact: Artifact,
+    ref: Reference,
+    text: str,
+    bootstrap: Bootstrap,
+    out: Path,
+    progress: Progress,
+    engine: EngineSettings,
 ) -> dict[str, Any]:
-    """Score `artifact` against `ref` into `out` (per-token figures) and return its metrics."""
-    longest = max([ref.windows.length] + [len(i.ids) for t in ref.tasks for i in t.items])
+    """Score `artifact` against `ref` into `out` (per-token figures) and return its metrics.
+
+    The artifact runs in its backend's runtime engine with the settings the bundle's runtime.toml will hold:
+    what is scored is what the box computes.
+    """
     with progress.task(f"validate  load {artifact.name}"):
-        runner = build_backend(artifact.backend).open_runner(artifact.path, n_ctx=longest, threads=threads)
+        runner = build_backend(artifact.backend).open_runner(artifact.path, **engine.config())
     try:
         compared = check_tokenizer(runner, ref, text, artifact.name)
         evaluation = evaluate(runner, ref, progress, artifact.name)
@@ -45,4 +55,5 @@ def validate_artifact(
     save_evaluation(out / TOKEN_FILE, evaluation)
     result = summarise(evaluation, ref, bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
     result["tokenizer_check"] = {"tokens_compared": compared, "identical": True}
+    result["engine"] = {"backend": artifact.backend, **dataclasses.asdict(engine)}
     return result

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
+from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
@@ -184,13 +184,6 @@ class ONNXRuntimeBuild(BuildBackend):
                 "copy (params above count both)"
             )
         return ARTIFACT_DIR, details
-
-    # --- validation seam --------------------------------------------------------------------------
-
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        from edgekit.engine_runner import EngineRunner
-
-        return EngineRunner("onnxruntime", artifact, n_ctx, threads)
 
 
 def _initializer_names(path: Path) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
+from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.openvino.gates import DEFAULT_GATES
@@ -194,10 +194,3 @@ class OpenVINOBuild(BuildBackend):
         if "calibration:" in log:
             details["calibration_log"] = next(line for line in log.splitlines() if line.startswith("calibration:"))
         return ARTIFACT_DIR, details
-
-    # --- validation seam --------------------------------------------------------------------------
-
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        from edgekit.engine_runner import EngineRunner
-
-        return EngineRunner("openvino", artifact, n_ctx, threads)
