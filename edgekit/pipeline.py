@@ -173,7 +173,7 @@ def _reference_summary(task: BundleTask, entries: dict[str, CacheEntry]) -> tupl
         return None, None
     entry = entries[task.reference.key]
     ref = load_reference(task.reference, entry)
-    meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor")}
+    meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor", "completions")}
     meta.update(cache_key=entry.key, reused=entry.reused)
     return meta, noise_floor_metrics(ref, task.report.bootstrap)
 

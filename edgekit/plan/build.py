@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.backends.base import BuildEnv
-from edgekit.evaldata import load_text
+from edgekit.evaldata import CalibrationSet, EvalPlan, load_text
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
+from edgekit.plan.calibration import calibration_sets
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
@@ -28,6 +29,7 @@ from edgekit.plan.tasks import (
     Bootstrap,
     BundleTask,
     ConvertTask,
+    Decide,
     EngineSettings,
     Exclusion,
     FetchTask,
@@ -108,7 +110,8 @@ def make_plan(
     reference = reference_task(cfg, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    targets = tuple(_target(recipe, t, converts[t.backend], reference, threads) for t in kept)
+    calibration = calibration_sets(recipe, kept, fetch, cache_root, evaluation)
+    targets = tuple(_target(recipe, t, converts[t.backend], reference, threads, calibration.get(t.name)) for t in kept)
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -120,7 +123,7 @@ def make_plan(
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
-        report=_report(recipe, Path(final).name if final else recipe.name, command),
+        report=_report(recipe, Path(final).name if final else recipe.name, command, evaluation),
         skipped=skipped,
     )
     tasks = dependency_order(list(bundle.deps()))
@@ -149,12 +152,14 @@ def _engine_settings(recipe: Recipe, threads: int) -> EngineSettings:
 
 
 def _target(
-    recipe: Recipe, target: Target, convert: ConvertTask, reference: ReferenceTask | None, threads: int
+    recipe: Recipe,
+    target: Target,
+    convert: ConvertTask,
+    reference: ReferenceTask | None,
+    threads: int,
+    calibration: CalibrationSet | None,
 ) -> TargetPlan:
     backend = build_backend(target.backend)
-    calibration = None
-    if backend.needs_calibration(target.scheme, target.options):
-        calibration = load_text(recipe.spec.validation.text, recipe.base_dir)
     quantize = QuantizeTask(
         converted=convert,
         backend=target.backend,
@@ -164,16 +169,19 @@ def _target(
         calibration=calibration,
         name=target.name,
     )
+    gates = backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates)
     validate = None
     if reference is not None:
-        validate = ValidateTask(quantize, reference, _bootstrap(recipe), _engine_settings(recipe, threads))
+        cfg = recipe.spec.validation
+        decide = Decide(gates, cfg.looks) if cfg.decide else None
+        validate = ValidateTask(quantize, reference, _bootstrap(recipe), _engine_settings(recipe, threads), decide)
     return TargetPlan(
         name=target.name,
         backend=target.backend,
         scheme=target.scheme,
         required=target.required,
         note=target.note,
-        gates=backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates),
+        gates=gates,
         gate_sources=_gate_sources(recipe, target),
         quantize=quantize,
         validate=validate,
@@ -214,7 +222,7 @@ def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
     )
 
 
-def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
+def _report(recipe: Recipe, bundle_name: str, command: str, evaluation: EvalPlan | None) -> ReportTask:
     cfg = recipe.spec.validation
     default = Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
     return ReportTask(
@@ -228,6 +236,8 @@ def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
         exclude_failed=recipe.spec.bundle.exclude_failed,
         command=command,
         reproduce="edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}",
+        scored_range=(0, len(evaluation.ids)) if evaluation is not None else None,
+        scored_sha256=str(evaluation.ids.key_form()["sha256"]) if evaluation is not None else None,
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-from edgekit.evaldata import EvalPlan, EvalText
+from edgekit.evaldata import CalibrationSet, EvalPlan
 from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
 from edgekit.records import SourceFile
@@ -134,7 +134,7 @@ class QuantizeTask(Task):
     scheme: str
     options: dict[str, Any]
     versions: dict[str, Any]
-    calibration: EvalText | None = field(default=None, metadata=KEYED_IF_SET)
+    calibration: CalibrationSet | None = field(default=None, metadata=KEYED_IF_SET)
     name: str = field(default="", metadata=UNKEYED, compare=False)  # the artifact's name in the bundle
 
     @property
@@ -192,12 +192,22 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class Decide:
+    """`[validation] decide`: evaluate in looks until every gate is decided (see edgekit.sequential)."""
+
+    gates: Gates  # what must be decided: part of the key, since they decide when evaluation stops
+    looks: int
+    alpha: float = 0.05
+
+
+@dataclass(frozen=True)
 class ValidateTask(Task):
     stage: ClassVar[str] = "validate"
     artifact: QuantizeTask
     reference: ReferenceTask
     bootstrap: Bootstrap
     engine: EngineSettings
+    decide: Decide | None = field(default=None, metadata=KEYED_IF_SET)
 
     @property
     def label(self) -> str:
@@ -271,6 +281,8 @@ class ReportTask(Task):
     exclude_failed: bool
     command: str
     reproduce: str
+    scored_range: tuple[int, int] | None = None  # token range of the eval text that validation scores
+    scored_sha256: str | None = None  # sha256 of those token ids
 
 
 @dataclass(frozen=True)

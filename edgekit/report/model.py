@@ -142,7 +142,13 @@ def _eval_data(ref: dict[str, Any] | None, task: ReportTask) -> dict[str, Any] |
         "context_length": ref.get("context_length"),
         "cloze_items": ref.get("cloze_items"),
         "tasks": list(task.tasks_files),
+        "scored_token_range": list(task.scored_range) if task.scored_range else None,
+        "scored_ids_sha256": task.scored_sha256,
     }
+
+
+def _calibrated(row: dict[str, Any]) -> bool:
+    return bool((row.get("details") or {}).get("calibration"))
 
 
 def _signoff(
@@ -174,6 +180,7 @@ def _signoff(
         "versions": versions,
         "reference": None if ref is None else {k: ref.get(k) for k in reference_keys},
         "eval_data": _eval_data(ref, task),
+        "calibration": {a["name"]: (a.get("details") or {})["calibration"] for a in rows if _calibrated(a)},
         "thresholds": {a["name"]: a.get("gates") for a in rows},
         "policy": {
             "on_inconclusive": task.on_inconclusive,

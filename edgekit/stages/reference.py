@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.cache import CacheEntry
+from edgekit.differences import reference_completions
 from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
 from edgekit.metrics import reference_slice
 from edgekit.plan.tasks import Bootstrap, ReferenceTask
@@ -54,6 +55,8 @@ def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         k, s = min(task.top_k, runner.vocab_size - 1), task.tail_samples
         correct = _score_windows(runner, task, windows, k, s, out, ctx.progress)
         task_records = [_task_record(t, score_task(t, runner, ctx.progress, "reference")) for t in task.eval.tasks]
+        with ctx.progress.task(f"reference  greedy completions of {len(task.eval.prompts)} prompts"):
+            completions = reference_completions(runner, task.eval.prompts)
         vocab_size = runner.vocab_size
     finally:
         runner.close()
@@ -72,6 +75,7 @@ def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         "text": {"origin": task.eval.text.origin, "sha256": task.eval.text.sha256},
         "cloze": {"items": [[c.window, c.start, c.end] for c in task.eval.cloze], "reference_correct": correct},
         "tasks": task_records,
+        "completions": completions,
         "reference_seconds": round(time.time() - started, 2),
         "storage_bytes_per_token": (k + s) * 8 + 4,
         "noise_floor": None,

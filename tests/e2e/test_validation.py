@@ -102,7 +102,8 @@ def test_on_inconclusive(
 
 def test_multiple_choice_task_is_scored_on_the_real_model(e2e_cache_root: Path, tmp_path: Path) -> None:
     questions = sum(1 for line in TASK.read_text().splitlines() if line.strip())
-    recipe = write_recipe(tmp_path, Q8, validation=SMALL)
+    # Task gates are off by default (too few items to decide one); this recipe turns one on.
+    recipe = write_recipe(tmp_path, Q8 + "[targets.gates]\ntask_drop_max = 0.25\n", validation=SMALL)
     result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=e2e_cache_root)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "out" / NAME / "report.json").read_text())

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -119,7 +120,7 @@ class GGUFBuild(BuildBackend):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         source = converted / F16_FILE
         target = out_dir / ARTIFACT_FILE

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -137,7 +138,7 @@ class ONNXRuntimeBuild(BuildBackend):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         from edgekit.backends.onnxruntime.graph import onnx_summary
 
@@ -155,9 +156,9 @@ class ONNXRuntimeBuild(BuildBackend):
             "summary": summary,
             **options.model_dump(mode="json"),
         }
-        calibration = None
+        record = None
         if options.outlier_ratio is not None:
-            calibration = add_calibration(spec, out_dir, calibration_text, options.calibration_samples,
+            record = add_calibration(spec, out_dir, calibration, options.calibration_samples,
                                           options.calibration_tokens, "outlier_ratio")  # fmt: skip
         layout = "per channel" if options.per_channel else "per tensor"
         with progress.task(f"quantize  ONNX Runtime dynamic INT8 ({layout}; quantize_dynamic)"):
@@ -176,7 +177,7 @@ class ONNXRuntimeBuild(BuildBackend):
             "quantization": summary,
             **{k: graph[k] for k in SUMMARY_KEYS},
             "kept_float": excluded,
-            "calibration": calibration,
+            "calibration": record,
         }
         if any("transposed" in name for name in _initializer_names(artifact / MODEL)):
             details["note"] = (
