@@ -119,6 +119,16 @@ class StageCache:
             raise
         return CacheEntry(stage, key, final, meta, reused=False)
 
+    def drop(self, stage: str, key: str) -> None:
+        """Remove an entry (one found damaged): renamed aside first, so no reader sees it half-deleted."""
+        final = self.entry_path(stage, key)
+        if not final.exists():
+            return
+        aside = final.with_name(f".{key[:16]}.pid{os.getpid()}.dropped.partial")
+        os.replace(final, aside)
+        fsync_dir(final.parent)
+        shutil.rmtree(aside, ignore_errors=True)
+
     @staticmethod
     def _publish(tmp: Path, final: Path) -> None:
         """Rename a complete entry into place: until this rename, nobody can see it."""

@@ -105,16 +105,18 @@ def compared_completions(runner: Any, reference: Sequence[dict[str, Any]], detok
         split = next((i for i, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b), None)
         if split is None and len(theirs) != len(mine):
             split = min(len(theirs), len(mine))
-        common = theirs if split is None else theirs[:split]
+        at = len(theirs) if split is None else split
         out.append(
             {
                 "prompt": entry["prompt"],
                 "reference": piece(detokenize, theirs),
                 "artifact": piece(detokenize, mine),
                 "diverges_at": split,  # token index of the first difference; None: identical
-                "common": piece(detokenize, common),
-                "reference_rest": piece(detokenize, theirs[len(common) :]),
-                "artifact_rest": piece(detokenize, mine[len(common) :]),
+                "common": piece(detokenize, theirs[:at]),
+                "reference_token": piece(detokenize, theirs[at : at + 1]),  # the first divergent tokens
+                "artifact_token": piece(detokenize, mine[at : at + 1]),
+                "reference_after": piece(detokenize, theirs[at + 1 :]),
+                "artifact_after": piece(detokenize, mine[at + 1 :]),
             }
         )
     return out

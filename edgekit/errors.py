@@ -177,6 +177,21 @@ class IntegrityError(EdgekitError):
         )
 
 
+class CorruptCacheEntry(EdgekitError):
+    """Files of cached artifacts differ from the sha256 recorded when their entries were made."""
+
+    exit_code = ExitCode.INTEGRITY
+
+    def __init__(self, damaged: list[dict[str, str]]) -> None:
+        self.damaged = damaged  # {artifact, key, file, recorded_sha256, found_sha256}
+        listed = "; ".join(f"{d['artifact']}: {d['file']}" for d in damaged[:10])
+        super().__init__(
+            f"cached artifacts differ from the sha256 recorded when they were made ({listed}), again after "
+            "rebuilding them",
+            "the disk under EDGEKIT_CACHE is corrupting files: check it (SMART, dmesg), or move the cache elsewhere",
+        )
+
+
 class SignatureError(EdgekitError):
     exit_code = ExitCode.INTEGRITY
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.cache import CacheEntry, StageCache
-from edgekit.errors import GateFailure, UsageError
+from edgekit.errors import CorruptCacheEntry, GateFailure, UsageError
 from edgekit.executors.base import Executor, TaskEvent, Tools
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
@@ -23,6 +23,7 @@ from edgekit.plan.tasks import BundleTask
 from edgekit.progress import Progress
 from edgekit.recipe import Recipe
 from edgekit.records import Artifact
+from edgekit.repair import repair
 from edgekit.report.model import build_report
 from edgekit.report.render import write_reports
 from edgekit.stages import bundle, fetch, quantize
@@ -43,6 +44,7 @@ class BuildResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
+    repairs: list[dict[str, Any]] = field(default_factory=list)  # damaged cache entries dropped and rebuilt
 
 
 @dataclass
@@ -93,12 +95,20 @@ def build_plan(
     tools = Tools(cache, task.threads, plan.llama_cpp_dir)
     executor = executor or LocalExecutor(tools, progress)
     entries = executor.run(plan.tasks)
-    outcome = judge(task, entries)
-    if outcome.excluded and len(outcome.excluded) == len(task.targets):
-        raise GateFailure(outcome.excluded, None)
+    repairs: list[dict[str, Any]] = []
     bundle_started = time.time()
-    with progress.task(f"bundle  {task.final}"):
-        assemble(task, entries, outcome)
+    for attempt in (1, 2):
+        outcome = judge(task, entries)
+        if outcome.excluded and len(outcome.excluded) == len(task.targets):
+            raise GateFailure(outcome.excluded, None)
+        try:
+            with progress.task(f"bundle  {task.final}"):
+                assemble(task, entries, outcome, repairs)
+            break
+        except CorruptCacheEntry as damaged:
+            if attempt == 2:  # rebuilt entries differ again: the disk, not the cache
+                raise
+            entries, repairs = repair(plan, entries, damaged.damaged, cache, executor, progress)
     events = executor.events
     return BuildResult(
         bundle=Path(task.final),
@@ -110,6 +120,7 @@ def build_plan(
         reused=_reused(events),
         skipped={t.name: t.reason for t in task.skipped},
         events=list(events),
+        repairs=repairs,
     )
 
 
@@ -137,7 +148,9 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
     )
 
 
-def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome) -> None:
+def assemble(
+    task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome, repairs: list[dict[str, Any]] | None = None
+) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
     artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
@@ -156,6 +169,7 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome)
             artifacts=_report_rows(task, records, artifacts, outcome),
             bench=bench,
             versions=task.versions,
+            repairs=repairs or [],
         )
         write_reports(tmp, report)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
+from edgekit.errors import CorruptCacheEntry
 from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
-from edgekit.hashing import file_records, sha256_json
+from edgekit.hashing import copy_hashed, file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.records import Artifact, Checkpoint
@@ -59,7 +60,10 @@ def stage_files(
 ) -> list[dict[str, Any]]:
     """Copy the artifacts, tokenizer, recipe, runtime config and launcher into `tmp`; return the artifact records."""
     ensure_free_space(tmp.parent, sum(a.size for a in artifacts) + 16 * 2**20)
-    records = [_artifact_record(tmp, a, verdicts) for a in artifacts]
+    damaged: list[dict[str, str]] = []
+    records = [_artifact_record(tmp, a, verdicts, damaged) for a in artifacts]
+    if damaged:  # the pipeline drops and rebuilds these entries, then stages the bundle again
+        raise CorruptCacheEntry(damaged)
     for name in BUNDLED_TOKENIZER:
         if checkpoint.path is not None and (checkpoint.path / name).is_file():
             _copy(checkpoint.path / name, tmp / "tokenizer" / name)
@@ -73,10 +77,11 @@ def stage_files(
     return records
 
 
-def _artifact_record(tmp: Path, artifact: Artifact, verdicts: dict[str, str]) -> dict[str, Any]:
+def _artifact_record(
+    tmp: Path, artifact: Artifact, verdicts: dict[str, str], damaged: list[dict[str, str]]
+) -> dict[str, Any]:
     rel = Path("models") / artifact_filename(artifact)
-    _copy(artifact.path, tmp / rel)
-    files = file_records(tmp / rel)
+    files = _copy_verified(artifact, tmp / rel, damaged)
     return {
         "name": artifact.name,
         "backend": artifact.backend,
@@ -136,6 +141,26 @@ def runtime_values(
     if bench:
         values.update(derive_runtime(bench, chosen.name, values))
     return values
+
+
+def _copy_verified(artifact: Artifact, dst: Path, damaged: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Copy the artifact out of its cache entry, hashing while copying; every file must have the sha256 its
+    entry recorded when it was made (a same-size corruption passes the cache's size check, not this one)."""
+    src = artifact.path
+    sources = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    files = []
+    for path in sources:
+        rel = path.name if src.is_file() else path.relative_to(src).as_posix()
+        target = dst if src.is_file() else dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        found = copy_hashed(path, target)
+        os.chmod(target, 0o644)
+        recorded = artifact.recorded_sha256(path)
+        if recorded is not None and recorded != found:
+            damaged.append({"artifact": artifact.name, "key": artifact.key, "file": path.relative_to(src.parent)
+                            .as_posix(), "recorded_sha256": recorded, "found_sha256": found})  # fmt: skip
+        files.append({"path": rel, "size": target.stat().st_size, "sha256": found})
+    return files
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -32,4 +32,5 @@ def artifact(task: QuantizeTask, entry: CacheEntry) -> Artifact:
         path=entry.path / entry.result["path"],
         key=entry.key,
         details=entry.result["details"],
+        recorded={f["path"]: f["sha256"] for f in entry.files},  # relative to the entry folder
     )
