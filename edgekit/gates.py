@@ -73,7 +73,7 @@ def sample_to_decide(estimate: Estimate, threshold: float) -> int | None:
     if not math.isfinite(gap) or gap == 0:
         return None
     width = estimate.high - estimate.value if estimate.value < threshold else estimate.value - estimate.low
-    return max(estimate.n + 1, math.ceil(estimate.n * (width / gap) ** 2))
+    return max(estimate.n + 1, math.ceil(round(estimate.n * (width / gap) ** 2, 6)))
 
 
 def overall_verdict(checks: list[dict[str, Any]]) -> str:

@@ -139,7 +139,9 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
     out.mkdir()
     text = load_text(recipe.spec.validation.text, recipe.base_dir).text
     with pytest.raises(TokenizerMismatchError) as caught:
-        validate.validate_artifact(artifact, ref, text, Bootstrap(100, 64, 0), out, progress, EngineSettings(512, 256, 2))
+        validate.validate_artifact(
+            artifact, ref, text, Bootstrap(100, 64, 0), out, progress, EngineSettings(512, 256, 2)
+        )
     # Independently: where do the two tokenizations part?
     runner = EngineRunner("gguf", bad, n_ctx=64, threads=1)
     try:
