@@ -176,8 +176,8 @@ def summarise(
     """Metrics with intervals at `level`; the evaluation may cover the first windows only (a sequential look)."""
     metrics = token_metrics(evaluation.tokens, block_tokens, resamples, seed, level)
     tasks: dict[str, Any] = {}
-    if len(ref.cloze):
-        done = len(evaluation.cloze_correct)  # the items of the windows scored so far: the first ones
+    done = len(evaluation.cloze_correct)  # the items of the windows scored so far: the first ones
+    if done:
         acc = item_bootstrap(ref.cloze_correct[:done], evaluation.cloze_correct, resamples, seed, level)
         tasks["cloze"] = {k: v.to_dict() for k, v in acc.items()} | {"kind": "cloze", "questions": done}
     for task in ref.tasks:
