@@ -146,6 +146,7 @@ def _reference(recipe: Recipe, fetch: FetchTask, evaluation: EvalPlan) -> Refere
         top_k=cfg.top_k,
         tail_samples=cfg.tail_samples,
         seed=cfg.seed,
+        memory=cfg.reference_memory,
     )
 
 

@@ -156,6 +156,9 @@ class ReferenceTask(Task):
     top_k: int
     tail_samples: int
     seed: int
+    # How the reference is computed (whole model or one layer at a time), not what it is: the figures are the
+    # same to the bit, so an entry made either way serves both.
+    memory: str = field(default="auto", metadata=UNKEYED, compare=False)
 
     @property
     def label(self) -> str:

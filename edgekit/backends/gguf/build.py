@@ -175,6 +175,7 @@ class LlamaLogitsRunner:
             logits_all=True,
             n_threads=threads,
             n_threads_batch=threads,
+            use_mmap=True,  # the weights stay file-backed: validating a model takes little memory of its own
             verbose=False,
         )
 
