@@ -3,10 +3,11 @@
 The whole-model reference holds every parameter in the reference dtype (4 bytes each in FP32, the CPU
 default); the streamed one (`edgekit.streamed`) holds one decoder layer, or the embedding or head when
 that is larger. Both add what one window's forward pass and its scoring take (logits, the float64
-log-softmax behind the stored top-k, a layer's activations) and some slack. The sizes come from the checkpoint's config.json and its safetensors headers, read without
-loading a tensor. `choose` compares them with what this process may still allocate
-(`edgekit.memwatch.available_memory`) before the reference starts, and stops with the numbers and the
-ways out rather than letting the kernel kill the build halfway.
+log-softmax behind the stored top-k, a layer's activations) and some slack. The sizes come from the
+checkpoint's config.json and its safetensors headers, read without loading a tensor. `choose` compares
+them with what this process may still allocate (`edgekit.memwatch.available_memory`) before the
+reference starts, and stops with the numbers and the ways out rather than letting the kernel kill the
+build halfway.
 """
 
 from __future__ import annotations

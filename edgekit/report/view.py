@@ -320,11 +320,9 @@ def _figures(plots: dict[str, tuple[str, bytes]] | None) -> list[dict[str, str]]
     ]
 
 
-def _memory_view(memory: dict[str, Any] | None, reference: dict[str, Any] | None) -> dict[str, str] | None:
-    """One line for the reference's memory mode and one for peak resident memory per stage."""
-    if not memory and not reference:
-        return None
-    out = {}
+def _memory_view(memory: dict[str, Any] | None, reference: dict[str, Any] | None) -> dict[str, str | None]:
+    """One line for the reference's memory mode and one for peak resident memory per stage (None: not measured)."""
+    out: dict[str, str | None] = {"reference": None, "peaks": None}
     if reference:
         how = "one decoder layer at a time" if reference["mode"] == "stream" else "the whole model at once"
         out["reference"] = (

@@ -6,8 +6,11 @@ log-probability of the actual next token (1,028 bytes a token with k = 64 and 64
 for wikitext-2's 330k tokens, for a 32k or a 150k vocabulary alike, where full FP16 logits would be
 21 GiB or 100 GiB). Arrays are written window by window into memory-mapped .npy files and read back
 the same way, so memory does not grow with the eval length. The noise floor (the reference against
-itself in a second dtype) is computed here too. `export_reference` / `import_reference` carry the
-entry from a GPU box to CPU build boxes.
+itself in a second dtype) is computed here too. Memory does not grow with the model either when the
+reference is streamed one decoder layer at a time (`edgekit.streamed`, the same logits to the bit):
+`plan_memory` chooses whole or streamed from the model's size and what may be allocated, and stops
+with exit 3 when neither fits. `export_reference` / `import_reference` carry the entry from a GPU box
+to CPU build boxes.
 """
 
 from __future__ import annotations
