@@ -99,8 +99,9 @@ def run(command: list[str], cwd: Path, cache: Path, log: Path, data_limit: int |
         _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
-    return {"exit": child.returncode, "seconds": round(seconds, 1), "max_rss_mib": usage.ru_maxrss // 1024,
-            "log": str(log)}  # fmt: skip
+    cpu = usage.ru_utime + usage.ru_stime  # less disturbed than wall time by other work on the machine
+    return {"exit": child.returncode, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
+            "max_rss_mib": usage.ru_maxrss // 1024, "log": str(log)}  # fmt: skip
 
 
 def fresh_cache(work: Path, warm: Path, name: str) -> Path:
@@ -141,7 +142,15 @@ def reference_runs(work: Path, model: str, source: str, args: argparse.Namespace
 
 
 def medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    keys = ("seconds", "stage_seconds", "max_rss_mib", "rss_anon_peak_mib", "rss_file_peak_mib", "rss_peak_mib")
+    keys = (
+        "seconds",
+        "cpu_seconds",
+        "stage_seconds",
+        "max_rss_mib",
+        "rss_anon_peak_mib",
+        "rss_file_peak_mib",
+        "rss_peak_mib",
+    )
     out = {mode: {k: statistics.median(r[k] for r in rows) for k in keys} for mode, rows in runs.items() if rows}
     if out.get("full") and out.get("stream"):
         out["stream_over_full"] = {k: round(out["stream"][k] / out["full"][k], 3) for k in keys}
