@@ -23,6 +23,7 @@ from filelock import FileLock
 
 from edgekit.fsutil import fsync_dir, pid_alive, write_json_atomic
 from edgekit.hashing import file_records
+from edgekit.memwatch import MemoryWatch
 
 CACHE_FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -100,7 +101,8 @@ class StageCache:
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key[:16]}.pid{os.getpid()}.", suffix=".partial"))
         started = time.time()
         try:
-            result = produce(tmp) or {}
+            with MemoryWatch() as watch:
+                result = produce(tmp) or {}
             meta = {
                 "cache_format": CACHE_FORMAT,
                 "stage": stage,
@@ -108,6 +110,7 @@ class StageCache:
                 "inputs": inputs,
                 "result": result,
                 "seconds": round(time.time() - started, 3),
+                "memory": watch.peaks.as_mib(),  # of the whole build process tree while this ran
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "files": [r for r in file_records(tmp) if r["path"] != ENTRY_FILE],
             }

@@ -21,8 +21,9 @@ from edgekit.runtime.machine import physical_cores
 class EngineRunner:
     def __init__(self, backend: str, artifact: Path, n_ctx: int, threads: int | None = None, **config: Any) -> None:
         threads = threads or physical_cores()
+        # use_mmap: OpenVINO's ENABLE_MMAP, the weights stay file-backed while the artifact is validated.
         settings = {"artifact": artifact.name, "n_threads": threads, "n_threads_batch": threads,
-                    "n_ctx": max(64, n_ctx), "max_concurrent": 1, **config}  # fmt: skip
+                    "n_ctx": max(64, n_ctx), "max_concurrent": 1, "use_mmap": True, **config}  # fmt: skip
         self.name = artifact.name
         self.engine: Any = load_engine(backend, artifact, None, RuntimeConfig(**settings))
 

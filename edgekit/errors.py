@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgekit.refmemory import MemoryPlan
 
 
 class ExitCode:
@@ -125,6 +129,33 @@ class DiskSpaceError(EdgekitError):
             f"not enough disk space in {path}: need {needed / 2**20:,.0f} MiB, {free / 2**20:,.0f} MiB free",
             "free some space or point EDGEKIT_CACHE / the output directory at a larger disk; nothing was written",
         )
+
+
+class ReferenceMemoryError(EdgekitError):
+    """The reference would need more memory than this process may allocate: stopped before it starts."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+    def __init__(self, plan: MemoryPlan, reason: str | None = None, can_stream: bool = True) -> None:
+        self.plan = plan
+        gib = 2**30
+        whole, stream = plan.full_bytes / gib, plan.stream_bytes / gib
+        needs = whole if plan.mode == "full" else stream
+        how = "the whole model" if plan.mode == "full" else "one layer at a time"
+        message = reason or (
+            f"not enough memory for the reference ({how}): it needs about {needs:.1f} GiB, and "
+            f"{plan.available.bytes / gib:.1f} GiB can be allocated ({plan.available.limited_by}); "
+            f"whole model {whole:.1f} GiB, streamed {stream:.1f} GiB"
+        )
+        ways = []
+        if can_stream and plan.mode == "full" and plan.stream_bytes <= plan.available.bytes and reason is None:
+            ways.append('set [validation] reference_memory = "stream" (one decoder layer at a time, same figures)')
+        ways += [
+            "compute it where memory or a GPU is: `edgekit reference RECIPE --export DIR` there (reference_device = "
+            '"cuda" on a GPU box), then `edgekit build RECIPE --reference DIR` here',
+            "or free memory / raise the limit",
+        ]
+        super().__init__(message, "; ".join(ways))
 
 
 class StageError(EdgekitError):

@@ -18,6 +18,7 @@ from edgekit.executors.base import Executor, TaskEvent, Tools
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
 from edgekit.gates import counts_as_failed, judge_artifact
+from edgekit.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
 from edgekit.progress import Progress
@@ -94,7 +95,8 @@ def build_plan(
     cache.clean_partials()
     tools = Tools(cache, task.threads, plan.llama_cpp_dir)
     executor = executor or LocalExecutor(tools, progress)
-    entries = executor.run(plan.tasks)
+    with MemoryWatch() as watch:
+        entries = executor.run(plan.tasks)
     repairs: list[dict[str, Any]] = []
     bundle_started = time.time()
     for attempt in (1, 2):
@@ -103,7 +105,7 @@ def build_plan(
             raise GateFailure(outcome.excluded, None)
         try:
             with progress.task(f"bundle  {task.final}"):
-                assemble(task, entries, outcome, repairs)
+                assemble(task, entries, outcome, repairs, memory_record(plan, entries, watch))
             break
         except CorruptCacheEntry as damaged:
             if attempt == 2:  # rebuilt entries differ again: the disk, not the cache
@@ -149,7 +151,11 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
 
 
 def assemble(
-    task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome, repairs: list[dict[str, Any]] | None = None
+    task: BundleTask,
+    entries: dict[str, CacheEntry],
+    outcome: Outcome,
+    repairs: list[dict[str, Any]] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
@@ -170,6 +176,7 @@ def assemble(
             bench=bench,
             versions=task.versions,
             repairs=repairs or [],
+            memory=memory,
         )
         write_reports(tmp, report)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
@@ -224,6 +231,24 @@ def _report_rows(
                      "verdict": "not built", "reasons": [skipped.reason], "metrics": None,
                      "excluded": True})  # fmt: skip
     return rows
+
+
+def memory_record(plan: Plan, entries: dict[str, CacheEntry], watch: MemoryWatch) -> dict[str, Any]:
+    """Peak resident memory per stage (the largest over its tasks, as measured when each entry was made) and of
+    this build's process tree."""
+    stages: dict[str, dict[str, Any]] = {}
+    for t in plan.tasks:
+        entry = entries.get(t.key)
+        measured = entry.meta.get("memory") if entry is not None else None
+        if not measured:
+            continue
+        row = stages.setdefault(t.stage, {"tasks": 0, "reused": True})
+        row["tasks"] += 1
+        row["reused"] = row["reused"] and entry.reused
+        for name, value in measured.items():
+            row[name] = max(row.get(name, 0), value)
+    build = {**watch.peaks.as_mib(), **max_rss_mib()}
+    return {"sampled_every_seconds": INTERVAL_SECONDS, "stages": stages, "build": build}
 
 
 def _stage_seconds(events: list[TaskEvent]) -> dict[str, float]:

@@ -121,6 +121,9 @@ class ValidationSection(_Section):
     reference_device: Literal["auto", "cpu", "cuda"] = "auto"
     reference_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     noise_floor_dtype: Literal["none", "float32", "float16", "bfloat16"] = "bfloat16"
+    reference_memory: Literal["auto", "stream", "full"] = Field(
+        "auto", description="stream: one decoder layer at a time (same figures, bounded memory); full: whole model"
+    )
     top_k: int = Field(64, ge=1, le=1024, description="reference probabilities kept per token")
     tail_samples: int = Field(64, ge=0, le=1024, description="tokens sampled from the reference's tail")
     bootstrap_resamples: int = Field(1000, ge=100, le=100_000)

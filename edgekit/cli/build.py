@@ -131,7 +131,8 @@ def reference(recipe: str | None, cache_dir: str | None, threads: int | None, ex
         tools = Tools(cache, planned.bundle.threads, planned.llama_cpp_dir)
         entry = LocalExecutor(tools, progress).run([planned.reference])[planned.reference.key]
     meta = load_reference(planned.reference, entry).meta
-    took = f"computed in {entry.meta.get('seconds', 0):.1f} s"
+    streamed = (meta.get("memory") or {}).get("mode") == "stream"
+    took = f"computed in {entry.meta.get('seconds', 0):.1f} s" + (", one decoder layer at a time" if streamed else "")
     console.print(
         f"reference {entry.key[:16]}: torch {meta['device']} {meta['dtype']} ({meta['device_name']}), "
         f"{meta['scored_tokens']} scored tokens, " + (f"reused from the cache ({took})" if entry.reused else took)

@@ -30,6 +30,7 @@ def reference_task(cfg: ValidationSection, fetch: FetchTask, evaluation: EvalPla
         tail_samples=cfg.tail_samples,
         seed=cfg.seed,
         versions=reference_versions(),
+        memory=cfg.reference_memory,
     )
 
 

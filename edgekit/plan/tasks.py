@@ -157,6 +157,9 @@ class ReferenceTask(Task):
     tail_samples: int
     seed: int
     versions: dict[str, str | None]  # torch and transformers, the arithmetic of the reference
+    # How the reference is computed (whole model or one layer at a time), not what it is: the figures are the
+    # same to the bit, so an entry made either way serves both.
+    memory: str = field(default="auto", metadata=UNKEYED, compare=False)
 
     @property
     def label(self) -> str:

@@ -221,6 +221,7 @@ def build_report(
     bench: dict[str, Any] | None,
     versions: dict[str, Any],
     repairs: list[dict[str, Any]] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.name: t for t in targets}
     rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
@@ -237,4 +238,5 @@ def build_report(
         "findings": order_findings(rows),
         "bench": bench,
         "cache_repairs": repairs or [],
+        "memory": memory,
     }
