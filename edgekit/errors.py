@@ -205,6 +205,12 @@ class PackError(EdgekitError):
         )
 
 
+class DiskFullError(EdgekitError):
+    """A write failed for want of space although the check before it passed (something else filled the disk)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
 class DowngradeError(EdgekitError):
     exit_code = ExitCode.BAD_INPUT
 

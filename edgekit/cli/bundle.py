@@ -22,7 +22,10 @@ def inspect(bundle: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    console.print(f"[bold]{summary['name']}[/]  built {summary['created']} with edgekit {summary['edgekit_version']}")
+    console.print(
+        f"[bold]{summary['name']}[/] release {summary['release']}  built {summary['created']} "
+        f"with edgekit {summary['edgekit_version']}"
+    )
     console.print(f"source: {summary['source']}")
     if summary.get("reconstructed_from"):
         console.print(f"[yellow]reference reconstructed from {summary['reconstructed_from']}[/]")

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from edgekit.errors import DiskSpaceError, DowngradeError, IntegrityError, MissingDependencyError, SmokeTestError
+from edgekit.errors import DiskFullError, DowngradeError, IntegrityError, MissingDependencyError, SmokeTestError
 from edgekit.fsutil import ensure_free_space
 from edgekit.manifest import load_manifest
 from edgekit.procutil import die_with_parent
@@ -84,7 +84,7 @@ def _install_locked(
         return holder[0][0]
 
     try:
-        unpacked = unpack_pack(source, prepare)
+        unpacked = _unpack_or_full(box, source, prepare)
         partial = unpacked.path
         checked = verify_slot(partial, policy)
         check_release(before, checked.manifest, allow)
@@ -98,6 +98,8 @@ def _install_locked(
     except BaseException:
         if holder:
             shutil.rmtree(holder[0][0], ignore_errors=True)
+            with contextlib.suppress(OSError):
+                holder[0][0].parent.rmdir()  # the bundle's folder under slots/, if this was its first slot
         raise
     finally:
         if holder:
@@ -106,16 +108,19 @@ def _install_locked(
 
 
 def unpack_pack(source: Path | str, prepare: Any) -> Unpacked:
+    """Step 1: stream the pack into the slot `prepare` makes once it has read the manifest."""
     label = "stdin" if str(source) == "-" else str(source)
+    with _opened(source) as raw:
+        return unpack(raw, label, prepare)
+
+
+def _unpack_or_full(box: InstallRoot, source: Path | str, prepare: Any) -> Unpacked:
     try:
-        with _opened(source) as raw:
-            return unpack(raw, label, prepare)
+        return unpack_pack(source, prepare)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
-        where = Path(exc.filename).parent if exc.filename else Path(label)
-        raise DiskSpaceError(where, 0, shutil.disk_usage(where).free if where.exists() else 0,
-                             f"the disk filled up while unpacking ({exc.strerror}); {DISK_HINT}") from None  # fmt: skip
+        raise DiskFullError(f"{box.slots}: the disk filled up while unpacking ({exc.strerror})", DISK_HINT) from None
 
 
 @contextlib.contextmanager
@@ -162,6 +167,9 @@ def check_release(before: Path | None, manifest: dict[str, Any], allow_downgrade
 
 def smoke_test(slot: Path, timeout: float) -> dict[str, Any]:
     """Step 4, in a child process (a crash or its memory never reaches the installer): the build's greedy ids."""
+    artifacts = load_manifest(slot).get("artifacts", [])
+    if not any((a.get("smoke") or {}).get("prompts") for a in artifacts):  # built without records: nothing to replay
+        return {a["name"]: "unrecorded" for a in artifacts}
     proc = subprocess.run(
         [sys.executable, "-m", "edgekit.runtime.smoke", str(slot)],
         capture_output=True, text=True, timeout=timeout, preexec_fn=die_with_parent(),

@@ -97,5 +97,5 @@ def test_the_box_local_file_is_held_to_the_schema_and_named_when_wrong(tmp_path:
     with pytest.raises(RuntimeConfigError, match=r"runtime\.local\.toml: holds \[model\] besides"):
         load_runtime_config(bundle)
     (bundle / LOCAL_FILE).write_text("runtime = 3\n")
-    with pytest.raises(RuntimeConfigError, match="only a .runtime. table"):
+    with pytest.raises(RuntimeConfigError, match=r"only a .runtime. table"):
         load_runtime_config(bundle)
