@@ -53,7 +53,9 @@ def inspect_bundle(
     trusted_keys: Sequence[Path] = (),
 ) -> BundleInfo:
     """Verify `bundle` (and its signature, when the box has a trust policy); resolve how it runs here."""
-    bundle = Path(bundle).absolute()
+    # Resolved once: through a link such as ROOT/current, what is verified is what is loaded, even if the
+    # link is switched meanwhile.
+    bundle = Path(bundle).resolve()
     manifest = check_bundle(bundle, trusted_keys).manifest if verify else _manifest(bundle)
     config = load_runtime_config(bundle, overrides)
     record = artifact_record(manifest, artifact or config.artifact)

@@ -46,7 +46,7 @@ def _hashing(ms: Any) -> Any:
 
 def sign_bundle(bundle: Path, private_key: Path) -> Path:
     """Sign every file of `bundle` (checked against its manifest first) with an EC key. Returns model.sig's path."""
-    bundle = Path(bundle).absolute()
+    bundle = Path(bundle).resolve()  # a link such as ROOT/current: check and use the slot it names now
     verify_bundle(bundle)  # never sign a bundle that does not match its own manifest
     check_private_key(private_key)
     ms = _library()
@@ -56,7 +56,7 @@ def sign_bundle(bundle: Path, private_key: Path) -> Path:
 
 def sign_bundle_keyless(bundle: Path) -> Path:  # pragma: no cover - untested here: needs the network and an OIDC login
     """Sigstore keyless signing: a short-lived certificate for your OIDC identity, logged in Rekor."""
-    bundle = Path(bundle).absolute()
+    bundle = Path(bundle).resolve()  # a link such as ROOT/current: check and use the slot it names now
     verify_bundle(bundle)
     ms = _library()
     config = ms.signing.Config().use_sigstore_signer().set_hashing_config(_hashing(ms))
@@ -79,7 +79,7 @@ def _write_signature(bundle: Path, sign: Callable[[Path], None]) -> Path:
 
 def verify_signature(bundle: Path, public_keys: Sequence[Path]) -> Path:
     """The key of `public_keys` whose signature covers exactly the bundle's files; TrustError naming why if none."""
-    bundle = Path(bundle).absolute()
+    bundle = Path(bundle).resolve()  # a link such as ROOT/current: check and use the slot it names now
     signature = _signature_file(bundle)
     ms = _library()
     for key in public_keys:
@@ -95,7 +95,7 @@ def verify_signature(bundle: Path, public_keys: Sequence[Path]) -> Path:
 
 
 def verify_keyless(bundle: Path, identity: str, issuer: str) -> None:  # pragma: no cover - untested here (network)
-    bundle = Path(bundle).absolute()
+    bundle = Path(bundle).resolve()  # a link such as ROOT/current: check and use the slot it names now
     signature = _signature_file(bundle)
     ms = _library()
     config = ms.verifying.Config().use_sigstore_verifier(identity=identity, oidc_issuer=issuer)

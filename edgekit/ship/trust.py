@@ -67,6 +67,7 @@ def box_policy(extra_keys: Sequence[Path] = ()) -> TrustPolicy | None:
 def check_bundle(bundle: Path, extra_keys: Sequence[Path] = ()) -> Checked:
     """What run/serve/bench/tune/verify call before loading anything: the box's policy, or the hashes without one."""
     policy = box_policy(extra_keys)
+    bundle = Path(bundle).resolve()  # ROOT/current: the slot it names now, checked as one
     if policy is None:
         return Checked(verify_bundle(bundle), None)
     return verify_trusted(bundle, policy)
@@ -77,6 +78,7 @@ def verify_trusted(bundle: Path, policy: TrustPolicy) -> Checked:
     a signed manifest then vouches for itself, so the manifest check needs only names and sizes."""
     from edgekit.ship.sign import verify_signature
 
+    bundle = Path(bundle).resolve()
     manifest = verify_bundle(bundle, check_hashes=False)  # names an extra, missing or linked file first
     if not policy.keys:
         raise TrustError(

@@ -25,11 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from edgekit.cache import StageCache
 from edgekit.manifest import verify_bundle
-from edgekit.pipeline import BuildResult, build
-from edgekit.progress import SilentProgress
-from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.pipeline import BuildResult
 from edgekit.ship.trust import TRUST_DIR_ENV
 
 BIN = Path(sys.executable).parent
@@ -62,12 +59,27 @@ class Shipped:
         return proc
 
 
+def _build_release(release: int, out: Path, cache: Path) -> Path:
+    """`edgekit build --release N` of the default recipe in this process: every stage is reused, the bundle made."""
+    from edgekit.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGEKIT_CACHE", str(cache))
+        mp.setattr(sys, "argv", ["edgekit", "build", "--release", str(release), "--out", str(out)])
+        try:
+            main()
+        except SystemExit as done:  # only on failure: a successful build returns
+            raise AssertionError(f"edgekit build --release {release} exited {done.code}") from None
+    return out / "smollm2-135m"
+
+
 @pytest.fixture(scope="module")
 def shipped(default_build: BuildResult, tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path) -> Shipped:
     root = tmp_path_factory.mktemp("ship")
-    release_1 = build(load_recipe(DEFAULT_RECIPE).with_release(1), cache=StageCache(e2e_cache_root),
-                      progress=SilentProgress(), out_dir=root / "r1", command="edgekit build --release 1")  # fmt: skip
-    bundles = {"r0": linked_copy(default_build.bundle, root / "r0" / "smollm2-135m"), "r1": release_1.bundle}
+    bundles = {
+        "r0": linked_copy(default_build.bundle, root / "r0" / "smollm2-135m"),
+        "r1": _build_release(1, root / "r1", e2e_cache_root),
+    }
     shipped = Shipped(root, {TRUST_DIR_ENV: str(root / "trusted-keys")}, bundles)
     shipped.step("keygen", "keygen", "--out", str(root / "keys"), "--name", "fleet")
     (root / "trusted-keys").mkdir()
@@ -85,6 +97,15 @@ def shipped(default_build: BuildResult, tmp_path_factory: pytest.TempPathFactory
     shipped.step("rollback", "rollback", "--root", str(shipped.box), "--json")
     shipped.step("status after rollback", "status", "--root", str(shipped.box))
     return shipped
+
+
+def test_build_release_records_the_release_and_every_artifacts_greedy_ids(shipped: Shipped) -> None:
+    r0, r1 = (verify_bundle(shipped.bundles[n]) for n in ("r0", "r1"))
+    assert (r0["release"], r1["release"]) == (0, 1)
+    assert [a["smoke"] for a in r0["artifacts"]] == [a["smoke"] for a in r1["artifacts"]]  # cached, the same
+    for artifact in r1["artifacts"]:
+        assert len(artifact["smoke"]["prompts"]) == 3, artifact["name"]
+    assert "edgekit.service" in {f["path"] for f in r1["files"]}
 
 
 def test_keygen_sign_and_verify_the_default_bundle(shipped: Shipped) -> None:

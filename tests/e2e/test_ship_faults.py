@@ -1,11 +1,11 @@
 """Installing on a box, under faults, with real bundles of the tiny model (tests/e2e/tiny_project.py).
 
-Releases 1 and 2 are built with `edgekit build --release N` (every stage reused: only the bundle is made),
-signed, packed and installed for real. `paused_install.py POINT FLAG install …` (the CLI with one seam
-patched) stops an install at a step and the test kills it there with SIGKILL; the kill during the smoke
-test needs no pause (the installer is killed while its smoke-test child runs). After every kill the box
-still runs what it ran, and the next install succeeds. Then: a full disk (a real tmpfs), a downgrade, a
-pack signed by a key the box does not trust, and a box whose runtime decodes differently from the build.
+Releases 1, 2 and 9 of the tiny bundle are signed, packed and installed for real. `paused_install.py POINT
+FLAG install …` (the CLI with one seam patched) stops an install at a step and the test kills it there with
+SIGKILL; the kill during the smoke test needs no pause (the installer is killed while its smoke-test child
+runs). After every kill the box still runs what it ran, and the next install succeeds. Then: a full disk (a
+real tmpfs), a downgrade, a pack signed by a key the box does not trust, and a box whose runtime decodes
+differently from the build.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,8 @@ from typing import Any
 
 import psutil
 import pytest
-from tiny_project import make_project
+from cli_in_process import run_cli as cli
+from test_faults import wait_until
 
 from edgekit.fsutil import write_json_atomic
 from edgekit.manifest import verify_bundle
@@ -50,72 +50,59 @@ class Fleet:
 
     def install(self, pack: str | Path, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         path = self.packs[pack] if isinstance(pack, str) else pack
-        return edgekit("install", str(path), "--root", str(root), *args, env=self.env)
+        return cli("install", str(path), "--root", str(root), *args, env=self.env)
 
     def status(self, root: Path) -> dict[str, Any]:
-        proc = edgekit("status", "--root", str(root), "--json", env=self.env)
+        proc = cli("status", "--root", str(root), "--json", env=self.env)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
 
-def _build(project: Path, release: int, out: Path, cache: Path) -> Path:
-    """`edgekit build --release N` in this process (the CLI's own path; every stage comes from the cache)."""
-    from edgekit.cli import main
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EDGEKIT_CACHE", str(cache))
-        mp.chdir(project)
-        mp.setattr(sys, "argv", ["edgekit", "build", "recipe.toml", "--release", str(release), "--out", str(out)])
-        with pytest.raises(SystemExit) as done:
-            main()
-    assert done.value.code == 0
-    return out / "tiny"
+def _relabel(bundle: Path, dest: Path, release: int) -> Path:
+    """A copy of `bundle` whose manifest says another release (then signed by whoever the test chooses)."""
+    shutil.copytree(bundle, dest)
+    (dest / "model.sig").unlink(missing_ok=True)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    manifest["release"] = release
+    write_json_atomic(dest / "manifest.json", manifest)
+    return dest
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, tiny_bundle: Path, e2e_cache_root: Path) -> Fleet:
-    del tiny_bundle  # built first: its stages are what these builds reuse
+def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_bundle: Path) -> Fleet:
+    """Releases 1, 2 and 9 of the session's tiny bundle (its manifest relabelled: `edgekit build --release N`
+    is tested on the default bundle, test_ship.py); 9 is signed by a key the box does not trust."""
+    from edgekit.ship.keys import generate_keypair
+    from edgekit.ship.pack import pack_bundle
+    from edgekit.ship.sign import sign_bundle
+
     root = tmp_path_factory.mktemp("fleet")
-    project = make_project(root / "project", tiny_model)
     for name in ("fleet", "rogue"):
-        assert edgekit("keygen", "--out", str(root / "keys"), "--name", name).returncode == 0
-    bundles = {f"r{n}": _build(project, n, root / f"r{n}", e2e_cache_root) for n in (1, 2, 3)}
-    bundles["r3-rogue"] = bundles.pop("r3")
+        generate_keypair(root / "keys" / f"{name}.key", root / "keys" / f"{name}.pub")
+    bundles = {name: _relabel(tiny_bundle, root / name / "tiny", int(name[1])) for name in ("r1", "r2", "r9-rogue")}
     packs = {}
     for name, bundle in bundles.items():
-        key = root / "keys" / ("rogue.key" if "rogue" in name else "fleet.key")
-        assert edgekit("sign", str(bundle), "--key", str(key)).returncode == 0
-        packed = edgekit("pack", str(bundle), "-o", str(root / f"{name}.edgekit"), "--json")
-        assert packed.returncode == 0, packed.stderr
-        packs[name] = Path(json.loads(packed.stdout)["path"])
+        sign_bundle(bundle, root / "keys" / ("rogue.key" if "rogue" in name else "fleet.key"))
+        packs[name] = pack_bundle(bundle, root / f"{name}.edgekit").path
     trust = root / "trusted-keys"
     trust.mkdir()
     shutil.copy(root / "keys" / "fleet.pub", trust / "fleet.pub")
     return Fleet(root, root / "keys" / "fleet.key", trust / "fleet.pub", packs, bundles, {TRUST_DIR_ENV: str(trust)})
 
 
-def test_a_build_records_its_release_and_the_greedy_ids_of_every_artifact(fleet: Fleet) -> None:
-    manifest = verify_bundle(fleet.bundles["r2"])
-    assert manifest["release"] == 2
+def test_a_build_records_the_greedy_ids_of_every_artifact(fleet: Fleet, tiny_bundle: Path) -> None:
+    manifest = verify_bundle(tiny_bundle)
+    assert manifest["release"] == 0  # the recipe sets none
     smoke = manifest["artifacts"][0]["smoke"]
     assert len(smoke["prompts"]) == 3 and smoke["settings"]["max_concurrent"] == 1
     for item in smoke["prompts"]:
         assert item["prompt_ids"] and 1 <= len(item["greedy_ids"]) <= 16
     assert "edgekit.service" in {f["path"] for f in manifest["files"]}
-    assert verify_bundle(fleet.bundles["r1"])["artifacts"][0]["smoke"] == smoke  # same artifact, same record
+    assert cli("inspect", str(fleet.bundles["r2"])).stdout.startswith("tiny release 2")
 
 
 def _current(root: Path) -> str:
     return os.readlink(root / "current")
-
-
-def _wait_for(condition: Any, proc: subprocess.Popen[str], what: str, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        if proc.poll() is not None:
-            raise AssertionError(f"the install ended (exit {proc.returncode}) before {what}: {proc.stderr.read()}")
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _smoke_children(proc: subprocess.Popen[str]) -> list[psutil.Process]:
@@ -133,7 +120,7 @@ def kill_install(fleet: Fleet, point: str, root: Path) -> dict[str, Any]:
     if point == "smoke test running":
         proc = subprocess.Popen([sys.executable, "-m", "edgekit", *args], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        _wait_for(lambda: _smoke_children(proc), proc, "the smoke test started")
+        wait_until(lambda: _smoke_children(proc), proc, "the smoke test started")
         children = _smoke_children(proc)
         os.kill(proc.pid, signal.SIGKILL)
         _, alive = psutil.wait_procs(children, timeout=10)  # the child dies with its installer
@@ -143,7 +130,7 @@ def kill_install(fleet: Fleet, point: str, root: Path) -> dict[str, Any]:
         flag.unlink(missing_ok=True)
         proc = subprocess.Popen([sys.executable, str(PAUSED), point, str(flag), *args], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        _wait_for(flag.exists, proc, f"the pause at {point}")
+        wait_until(flag.exists, proc, f"the pause at {point}")
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     proc.stdout.close()  # type: ignore[union-attr]
@@ -171,7 +158,7 @@ def kills(fleet: Fleet) -> Iterator[tuple[Path, str, list[Kill]]]:
     found = []
     for point in KILL_POINTS:
         if _current(root) != release_1:  # back to release 1 before the next kill
-            assert edgekit("rollback", "--root", str(root), env=fleet.env).returncode == 0
+            assert cli("rollback", "--root", str(root), env=fleet.env).returncode == 0
         seen = kill_install(fleet, point, root)
         current, status = _current(root), fleet.status(root)
         again = fleet.install("r2", root)
@@ -211,8 +198,10 @@ def test_the_box_runs_the_model_after_the_kills(kills: tuple[Path, str, list[Kil
 # --- refusals: each with its own message and exit code, nothing left ------------------------------------
 
 
-def _box_with_release_2(fleet: Fleet, name: str) -> Path:
-    root = fleet.dir / name
+@pytest.fixture(scope="module")
+def box(fleet: Fleet) -> Path:
+    """A box that installed release 1, then release 2 (the refusals below must leave it exactly so)."""
+    root = fleet.dir / "box"
     for pack in ("r1", "r2"):
         assert fleet.install(pack, root).returncode == 0
     return root
@@ -223,46 +212,41 @@ def _snapshot(root: Path) -> dict[str, Any]:
             "files": sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.name != ".lock")}  # fmt: skip
 
 
-def test_a_downgrade_is_refused_unless_asked_and_rollback_goes_back_one(fleet: Fleet) -> None:
-    root = _box_with_release_2(fleet, "box-downgrade")
-    before = _snapshot(root)
-    refused = fleet.install("r1", root)
-    assert refused.returncode == 2 and "release 1 is older than release 2" in refused.stderr, refused.stderr
-    assert "edgekit rollback" in refused.stderr and _snapshot(root) == before
-    same = fleet.install("r2", root)
-    assert same.returncode == 0 and "already current" in same.stdout and _snapshot(root) == before
-    forced = fleet.install("r1", root, "--allow-downgrade", "--json")
-    assert forced.returncode == 0, forced.stderr
-    assert json.loads(forced.stdout)["release"] == 1 and json.loads(forced.stdout)["previous"]["release"] == 2
-
-
-def test_a_pack_signed_by_a_key_the_box_does_not_trust_is_refused(fleet: Fleet) -> None:
-    root = _box_with_release_2(fleet, "box-rogue")
-    before = _snapshot(root)
-    proc = fleet.install("r3-rogue", root)
+def test_a_pack_signed_by_a_key_the_box_does_not_trust_is_refused(fleet: Fleet, box: Path) -> None:
+    before = _snapshot(box)
+    proc = fleet.install("r9-rogue", box)
     assert proc.returncode == 4, proc.stderr
     assert "refused by this box's trust policy" in proc.stderr and "not trusted here" in proc.stderr
-    assert _snapshot(root) == before
+    assert _snapshot(box) == before
 
 
-def test_a_box_that_decodes_differently_stops_the_install_showing_both_sequences(fleet: Fleet) -> None:
+def test_a_box_that_decodes_differently_stops_the_install_showing_both_sequences(fleet: Fleet, box: Path) -> None:
     """A correctly signed bundle whose recorded ids this box does not reproduce: another runtime, in effect."""
-    root = _box_with_release_2(fleet, "box-smoke")
-    odd = fleet.dir / "r4-odd"
-    shutil.copytree(fleet.bundles["r2"], odd)
+    odd = _relabel(fleet.bundles["r2"], fleet.dir / "r4-odd" / "tiny", 4)
     manifest = json.loads((odd / "manifest.json").read_text())
-    manifest["release"] = 4
     recorded = manifest["artifacts"][0]["smoke"]["prompts"][0]["greedy_ids"]
     recorded[-1] = (recorded[-1] + 1) % 1000
     write_json_atomic(odd / "manifest.json", manifest)
-    assert edgekit("sign", str(odd), "--key", str(fleet.key)).returncode == 0
-    pack = edgekit("pack", str(odd), "-o", str(fleet.dir / "r4-odd.edgekit"), "--json")
-    before = _snapshot(root)
-    proc = fleet.install(Path(json.loads(pack.stdout)["path"]), root)
+    assert cli("sign", str(odd), "--key", str(fleet.key)).returncode == 0
+    pack = cli("pack", str(odd), "-o", str(fleet.dir / "r4-odd.edgekit"), "--json")
+    before = _snapshot(box)
+    proc = fleet.install(Path(json.loads(pack.stdout)["path"]), box)
     assert proc.returncode == 5, proc.stderr
-    assert "smoke test failed" in proc.stderr and f"build machine {recorded}" in " ".join(proc.stderr.split())
+    assert "smoke test failed" in proc.stderr and f"build machine {recorded}" in proc.stderr
     assert "this box [" in proc.stderr and "nothing was switched" in proc.stderr
-    assert _snapshot(root) == before
+    assert _snapshot(box) == before
+
+
+def test_a_downgrade_is_refused_unless_asked(fleet: Fleet, box: Path) -> None:
+    before = _snapshot(box)
+    refused = fleet.install("r1", box)
+    assert refused.returncode == 2 and "release 1 is older than release 2" in refused.stderr, refused.stderr
+    assert "edgekit rollback" in refused.stderr and _snapshot(box) == before
+    same = fleet.install("r2", box)
+    assert same.returncode == 0 and "already current" in same.stdout and _snapshot(box) == before
+    forced = fleet.install("r1", box, "--allow-downgrade", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["release"] == 1 and json.loads(forced.stdout)["previous"]["release"] == 2
 
 
 # --- a full disk: a real, small filesystem ---------------------------------------------------------------

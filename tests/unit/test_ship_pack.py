@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 import tarfile
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from test_integrity import make_bundle
 
 from edgekit.manifest import SIGNATURE
@@ -25,31 +27,9 @@ from edgekit.ship.sign import sign_bundle
 from edgekit.ship.trust import TRUST_DIR_ENV
 
 
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Ran]:
-    from edgekit.cli import main
-
-    monkeypatch.delenv(TRUST_DIR_ENV, raising=False)
-
-    def run(*args: str) -> Ran:
-        capsys.readouterr()
-        monkeypatch.setattr(sys, "argv", ["edgekit", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, " ".join(err.split()))
-
-    return run
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return lambda *args: run_cli(*args, env={TRUST_DIR_ENV: None})
 
 
 @dataclass
@@ -71,7 +51,7 @@ def fake_release(where: Path, release: int, private: Path) -> Path:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, cli: Callable[..., Ran]) -> Fleet:
+def fleet(tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]) -> Fleet:
     private, public = tmp_path / "fleet.key", tmp_path / "fleet.pub"
     generate_keypair(private, public)
     first = pack_bundle(fake_release(tmp_path / "r1", 1, private), tmp_path / "r1.edgekit")
@@ -110,7 +90,7 @@ def box_state(root: Path) -> dict[str, object]:
 
 
 def test_the_same_bundle_packs_to_the_same_bytes_and_the_signature_and_manifest_come_first(
-    tmp_path: Path, cli: Callable[..., Ran]
+    tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     private = tmp_path / "k.key"
     generate_keypair(private, tmp_path / "k.pub")
@@ -130,7 +110,7 @@ def test_the_same_bundle_packs_to_the_same_bytes_and_the_signature_and_manifest_
     assert zstd["zstd"] and zstd["sha256"] == zstd_again["sha256"] != sha
 
 
-def test_an_unsigned_bundle_is_not_packed(tmp_path: Path, cli: Callable[..., Ran]) -> None:
+def test_an_unsigned_bundle_is_not_packed(tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     ran = cli("pack", str(make_bundle(tmp_path / "b")), "-o", str(tmp_path / "x.edgekit"))
     assert ran.returncode == 2 and "is not signed" in ran.stderr and "edgekit sign" in ran.stderr
     assert not (tmp_path / "x.edgekit").exists()
@@ -190,7 +170,7 @@ BAD_PACKS = {
 
 @pytest.mark.parametrize("bad", list(BAD_PACKS))
 def test_a_bad_pack_is_refused_with_its_own_message_and_nothing_is_left(
-    bad: str, fleet: Fleet, tmp_path: Path, cli: Callable[..., Ran]
+    bad: str, fleet: Fleet, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     make, message = BAD_PACKS[bad]
     pack = make(fleet, tmp_path / "bad.edgekit")
@@ -205,7 +185,7 @@ def test_a_bad_pack_is_refused_with_its_own_message_and_nothing_is_left(
 
 
 def test_install_reads_a_zstd_pack_from_stdin_and_needs_a_trust_policy(
-    fleet: Fleet, tmp_path: Path, cli: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+    fleet: Fleet, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     zstd = pack_bundle(fleet.bundle, tmp_path / "r2.zst.edgekit", zstd=True)
     ran = cli("install", str(zstd.path), "--root", str(fleet.root))

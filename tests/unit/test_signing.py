@@ -9,11 +9,10 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from test_integrity import flip_byte, make_bundle, write_manifest
@@ -31,32 +30,6 @@ def edgekit(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Ran]:
-    """`edgekit ARGS` in this process (the CLI's own error table and exit code), faster than a subprocess."""
-    from edgekit.cli import main
-
-    def run(*args: str) -> Ran:
-        capsys.readouterr()
-        monkeypatch.setattr(sys, "argv", ["edgekit", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, " ".join(err.split()))
-
-    return run
-
-
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
 def keys(tmp_path: Path) -> tuple[Path, Path]:
     private, public = tmp_path / "keys" / "k.key", tmp_path / "keys" / "k.pub"
     generate_keypair(private, public)
@@ -71,7 +44,7 @@ def no_box_policy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("edgekit.ship.trust.DEFAULT_TRUST_DIR", tmp_path / "no-policy-here")
 
 
-def test_sign_and_verify_through_the_cli(tmp_path: Path, cli: Callable[..., Ran]) -> None:
+def test_sign_and_verify_through_the_cli(tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path / "b")
     made = edgekit("keygen", "--out", str(tmp_path / "keys"), "--name", "box")
     assert made.returncode == 0, made.stderr
@@ -84,7 +57,7 @@ def test_sign_and_verify_through_the_cli(tmp_path: Path, cli: Callable[..., Ran]
     assert json.loads((bundle / SIGNATURE).read_text())["mediaType"].startswith("application/vnd.dev.sigstore.bundle")
     checked = edgekit("verify", str(bundle), "--key", str(public))
     assert checked.returncode == 0 and "signature" in checked.stdout, checked.stderr
-    as_json = json.loads(cli("verify", str(bundle), "--key", str(public), "--json").stdout)
+    as_json = json.loads(run_cli("verify", str(bundle), "--key", str(public), "--json").stdout)
     assert as_json["ok"] and as_json["signed_by"] == str(public) and as_json["files"] == 3
     again = edgekit("keygen", "--out", str(tmp_path / "keys"), "--name", "box")
     assert again.returncode == 2 and "already exists" in again.stderr  # never overwrites a key
@@ -118,7 +91,7 @@ def test_the_private_key_is_created_600_whatever_the_umask_and_never_through_a_l
 
 
 def test_a_changed_manifest_fails_the_signature_even_when_the_files_match_it(
-    tmp_path: Path, keys: tuple[Path, Path], cli: Callable[..., Ran]
+    tmp_path: Path, keys: tuple[Path, Path]
 ) -> None:
     """Re-sealing the manifest after modifying a file passes `verify` without a key, never with one."""
     private, public = keys
@@ -126,21 +99,21 @@ def test_a_changed_manifest_fails_the_signature_even_when_the_files_match_it(
     sign_bundle(bundle, private)
     flip_byte(bundle / "models" / "m.gguf", 10)
     write_manifest(bundle, [r for r in file_records(bundle) if r["path"] not in ("manifest.json", SIGNATURE)])
-    proc = cli("verify", str(bundle), "--key", str(public))
+    proc = run_cli("verify", str(bundle), "--key", str(public))
     assert proc.returncode == 4 and "is not what was signed" in proc.stderr, proc.stderr
     assert "manifest.json differs; models/m.gguf differs" in proc.stderr
-    assert cli("verify", str(bundle)).returncode == 0  # what the signature is for
+    assert run_cli("verify", str(bundle)).returncode == 0  # what the signature is for
 
 
-def test_a_modified_file_is_named(tmp_path: Path, keys: tuple[Path, Path], cli: Callable[..., Ran]) -> None:
+def test_a_modified_file_is_named(tmp_path: Path, keys: tuple[Path, Path]) -> None:
     private, public = keys
     bundle = make_bundle(tmp_path / "b")
     sign_bundle(bundle, private)
     flip_byte(bundle / "models" / "m.gguf", 10)
-    proc = cli("verify", str(bundle), "--key", str(public))
+    proc = run_cli("verify", str(bundle), "--key", str(public))
     assert proc.returncode == 4 and "is not what was signed: models/m.gguf differs" in proc.stderr, proc.stderr
     (bundle / "extra.txt").write_text("x")
-    proc = cli("verify", str(bundle), "--key", str(public))
+    proc = run_cli("verify", str(bundle), "--key", str(public))
     assert proc.returncode == 4 and "extra.txt: not in the manifest (extra file)" in proc.stderr
 
 
@@ -208,7 +181,7 @@ def test_a_tampered_bundle_is_never_signed(tmp_path: Path, keys: tuple[Path, Pat
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp signature left
 
 
-def test_wrong_key_files_say_how_to_make_one(tmp_path: Path, keys: tuple[Path, Path], cli: Callable[..., Ran]) -> None:
+def test_wrong_key_files_say_how_to_make_one(tmp_path: Path, keys: tuple[Path, Path]) -> None:
     private, public = keys
     bundle = make_bundle(tmp_path / "b")
     with pytest.raises(UsageError, match="edgekit keygen"):
@@ -222,9 +195,9 @@ def test_wrong_key_files_say_how_to_make_one(tmp_path: Path, keys: tuple[Path, P
     sign_bundle(bundle, private)
     with pytest.raises(UsageError, match=r"not an ECDSA .* public key"):
         verify_signature(bundle, [old_key])
-    proc = cli("sign", str(bundle), "--key", str(tmp_path / "missing.key"))
+    proc = run_cli("sign", str(bundle), "--key", str(tmp_path / "missing.key"))
     assert proc.returncode == 2 and "cannot read the private key" in proc.stderr
-    proc = cli("sign", str(bundle))
+    proc = run_cli("sign", str(bundle))
     assert proc.returncode == 2 and "--key" in proc.stderr
 
 
@@ -260,9 +233,7 @@ def test_the_trust_folder_is_the_policy_and_an_empty_one_refuses_everything(
     assert info.value.exit_code == 3
 
 
-def test_a_trusted_key_on_the_command_line_makes_a_policy(
-    tmp_path: Path, keys: tuple[Path, Path], cli: Callable[..., Ran]
-) -> None:
+def test_a_trusted_key_on_the_command_line_makes_a_policy(tmp_path: Path, keys: tuple[Path, Path]) -> None:
     private, public = keys
     bundle = make_bundle(tmp_path / "b")
     with pytest.raises(TrustError, match="not signed"):
@@ -271,5 +242,5 @@ def test_a_trusted_key_on_the_command_line_makes_a_policy(
     other = tmp_path / "other"
     generate_keypair(other.with_suffix(".key"), other.with_suffix(".pub"))
     assert check_bundle(bundle, [other.with_suffix(".pub"), public]).signed_by == public
-    proc = cli("verify", str(bundle), "--trusted-key", str(other.with_suffix(".pub")))
+    proc = run_cli("verify", str(bundle), "--trusted-key", str(other.with_suffix(".pub")))
     assert proc.returncode == 4 and "not trusted here" in proc.stderr and "trust policy" in proc.stderr
