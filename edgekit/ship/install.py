@@ -26,7 +26,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from edgekit.errors import DiskFullError, DowngradeError, IntegrityError, MissingDependencyError, SmokeTestError
+from edgekit.errors import (
+    DiskFullError,
+    DowngradeError,
+    IntegrityError,
+    MissingDependencyError,
+    SmokeTestError,
+    TrustError,
+)
 from edgekit.fsutil import ensure_free_space
 from edgekit.manifest import load_manifest
 from edgekit.procutil import die_with_parent
@@ -86,7 +93,7 @@ def _install_locked(
     try:
         unpacked = _unpack_or_full(box, source, prepare)
         partial = unpacked.path
-        checked = verify_slot(partial, policy)
+        checked = _verified(partial, policy, "stdin" if str(source) == "-" else str(source))
         check_release(before, checked.manifest, allow)
         smoke = smoke_test(partial, timeout)
         slot = box.slot_for(checked.manifest["name"], checked.manifest.get("release", 0),
@@ -136,6 +143,14 @@ def _opened(source: Path | str) -> Iterator[IO[bytes]]:
         raise UsageError(f"cannot read the pack {source}: {exc.strerror}", "check the path") from None
     with f:
         yield f
+
+
+def _verified(partial: Path, policy: TrustPolicy, label: str) -> Checked:
+    try:
+        return verify_slot(partial, policy)
+    except TrustError as exc:  # name the pack, not the temp folder it was unpacked into
+        message = exc.message.replace(str(partial), "its bundle")
+        raise TrustError(f"pack {label}: {message}; nothing was installed", exc.hint) from None
 
 
 def verify_slot(slot: Path, policy: TrustPolicy) -> Checked:
