@@ -8,6 +8,7 @@ produce it once. `entry.json` records the inputs, the result and every file's si
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -144,21 +145,23 @@ class StageCache:
 
         A temp folder is abandoned when its producer's lock is free: the kernel drops a lock when the
         process holding it dies. (A PID would not do: it may belong to another container's namespace,
-        or have been reused.) Folders of an older format, not named by their full key, are removed.
+        or have been reused.) The folder is named by its entry's key; older edgekit versions named it by
+        the key's first 16 characters, so every lock of a key with that prefix must be free.
         """
         removed = 0
         if not self.root.exists():
             return 0
         for tmp in self.root.glob("*/.*.partial"):
-            match = re.match(r"\.([0-9a-f]{64})\.", tmp.name)
-            if match is None:
+            match = re.match(r"\.([0-9a-f]{16,64})\.", tmp.name)
+            candidates = (
+                sorted((self.root / ".locks").glob(f"{tmp.parent.name}-{match.group(1)}*.lock")) if match else []
+            )
+            with contextlib.ExitStack() as held:
+                try:
+                    for lock in candidates:  # held while the folder is removed: nobody starts producing meanwhile
+                        held.enter_context(FileLock(str(lock), timeout=0))
+                except Timeout:  # its producer is alive and still writing it
+                    continue
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed += 1
-                continue
-            try:
-                with self._lock(tmp.parent.name, match.group(1), timeout=0):
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    removed += 1
-            except Timeout:  # its producer is alive and still writing it
-                continue
         return removed

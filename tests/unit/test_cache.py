@@ -91,8 +91,10 @@ def test_a_partial_is_abandoned_when_its_producers_lock_is_free_whatever_its_pid
     producing = tmp_path / "stage" / f".{key_held}.pid{os.getpid()}.y.partial"
     foreign.mkdir(parents=True)
     producing.mkdir()
-    with cache._lock("stage", key_held):  # a producer at work on that entry
+    older = tmp_path / "stage" / f".{'c' * 16}.pid{os.getpid()}.z.partial"  # named as edgekit 0.1 did
+    older.mkdir()
+    with cache._lock("stage", key_held), cache._lock("stage", "c" * 64):  # producers at work on those entries
         removed = [cache.clean_partials()]
-        assert foreign.exists() is False and producing.exists()
+        assert foreign.exists() is False and producing.exists() and older.exists()
     removed.append(cache.clean_partials())
-    assert removed == [1, 1] and not producing.exists()
+    assert removed == [1, 2] and not producing.exists() and not older.exists()
