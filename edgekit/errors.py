@@ -123,11 +123,12 @@ class ToolchainError(EdgekitError):
 class DiskSpaceError(EdgekitError):
     exit_code = ExitCode.ENVIRONMENT
 
-    def __init__(self, path: Path, needed: int, free: int) -> None:
+    def __init__(self, path: Path, needed: int, free: int, hint: str | None = None) -> None:
         self.path, self.needed, self.free = path, needed, free
         super().__init__(
             f"not enough disk space in {path}: need {needed / 2**20:,.0f} MiB, {free / 2**20:,.0f} MiB free",
-            "free some space or point EDGEKIT_CACHE / the output directory at a larger disk; nothing was written",
+            hint
+            or "free some space or point EDGEKIT_CACHE / the output directory at a larger disk; nothing was written",
         )
 
 
@@ -241,3 +242,48 @@ class BenchError(EdgekitError):
     """A benchmark measurement failed (its worker process crashed, timed out or printed no result)."""
 
     exit_code = ExitCode.RUNTIME
+
+
+class TrustError(SignatureError):
+    """A bundle the box's trust policy refuses: unsigned, signed by a key it does not trust, or not what was signed."""
+
+
+class TrustPolicyError(EdgekitError):
+    """The box's trust policy itself cannot be read (a missing folder named by EDGEKIT_TRUST_DIR, a bad key file)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class PackError(EdgekitError):
+    """An .edgekit pack that is damaged or forged: refused while it is unpacked, before anything is switched."""
+
+    exit_code = ExitCode.INTEGRITY
+
+    def __init__(self, pack: str, problem: str) -> None:
+        self.pack, self.problem = pack, problem
+        super().__init__(
+            f"pack {pack}: {problem}; nothing was installed",
+            "copy the pack again from the build machine (compare its sha256 with what `edgekit pack` printed)",
+        )
+
+
+class DiskFullError(EdgekitError):
+    """A write failed for want of space although the check before it passed (something else filled the disk)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class DowngradeError(EdgekitError):
+    exit_code = ExitCode.BAD_INPUT
+
+
+class SmokeTestError(EdgekitError):
+    """The box decodes the build's smoke-test prompts to other tokens than the build machine did."""
+
+    exit_code = ExitCode.RUNTIME
+
+
+class InstallError(EdgekitError):
+    """An install root that cannot take an install or a rollback now (busy, nothing to roll back to)."""
+
+    exit_code = ExitCode.BAD_INPUT

@@ -37,6 +37,7 @@ def summarise(bundle: Path) -> dict[str, Any]:
     source = manifest["source"]
     return {
         "name": manifest["name"],
+        "release": manifest.get("release", 0),
         "created": manifest["created"],
         "edgekit_version": manifest["edgekit_version"],
         "source": f"{source['uri']}" + (f"@{source['revision']}" if source.get("revision") else ""),

@@ -13,10 +13,14 @@ from edgekit.errors import IntegrityError
 from edgekit.hashing import sha256_file
 
 MANIFEST = "manifest.json"
+SIGNATURE = "model.sig"  # the OpenSSF model signature of every file (edgekit.ship.sign)
+LOCAL_RUNTIME = "runtime.local.toml"  # a box's own tuning (`edgekit tune`): outside the manifest and the signature
 SCHEMA_VERSION = 1
-# Files that may exist beside the manifest without being listed in it: the manifest itself, its
-# detached signature, and the box-local runtime override written by `edgekit tune`.
-UNLISTED = frozenset({MANIFEST, "manifest.sig", "runtime.local.toml"})
+# Files that may exist beside the manifest without being listed in it: the manifest itself, the
+# signature, and the box-local runtime override written by `edgekit tune`.
+UNLISTED = frozenset({MANIFEST, SIGNATURE, LOCAL_RUNTIME})
+# The detached Ed25519 signature of edgekit 0.1: no longer read, and named as such when found.
+OLD_SIGNATURE = "manifest.sig"
 
 
 def load_manifest(bundle: Path) -> dict[str, Any]:
@@ -45,27 +49,10 @@ def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
     if not bundle.is_dir():
         raise IntegrityError(bundle, ["not a folder"])
     manifest = load_manifest(bundle)
-    problems: list[str] = []
-    listed: dict[str, dict[str, Any]] = {}
-    records = manifest.get("files")
-    if not isinstance(records, list):
+    if not isinstance(manifest.get("files"), list):
         raise IntegrityError(bundle, [f"{MANIFEST} has no list of files"])
-    for i, record in enumerate(records):
-        if not (
-            isinstance(record, dict)
-            and isinstance(record.get("path"), str)
-            and isinstance(record.get("size"), int)
-            and isinstance(record.get("sha256"), str)
-        ):
-            problems.append(f"files[{i}]: not a {{path, size, sha256}} record in {MANIFEST}")
-            continue
-        rel = record["path"]
-        if not _plain_relative(rel):
-            problems.append(f"{rel!r}: manifest lists a path outside the bundle (or not a plain relative path)")
-        elif rel in listed:
-            problems.append(f"{rel}: listed twice in {MANIFEST}")
-        else:
-            listed[rel] = record
+    problems: list[str] = []
+    listed = listed_files(manifest, problems)
     root = bundle.resolve()
     for rel, record in sorted(listed.items()):
         path = bundle / rel
@@ -86,6 +73,11 @@ def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
             continue
         if rel in UNLISTED and rel != MANIFEST and (path.is_symlink() or not path.is_file()):
             problems.append(f"{rel}: is a link or not a regular file; bundles hold plain files only")
+        elif rel == OLD_SIGNATURE and rel not in listed:
+            problems.append(
+                f"{rel}: an Ed25519 signature of edgekit 0.1, no longer read: delete it and sign the bundle again "
+                "with `edgekit sign` (OpenSSF model signing, model.sig)"
+            )
         elif rel not in listed and rel not in UNLISTED:
             problems.append(f"{rel}: not in the manifest (extra file)")
     if problems:
@@ -93,7 +85,33 @@ def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
     return manifest
 
 
-def _plain_relative(rel: str) -> bool:
+def listed_files(manifest: dict[str, Any], problems: list[str]) -> dict[str, dict[str, Any]]:
+    """The manifest's file records by path; what is wrong with any record is appended to `problems`."""
+    listed: dict[str, dict[str, Any]] = {}
+    records = manifest.get("files")
+    if not isinstance(records, list):
+        problems.append(f"{MANIFEST} has no list of files")
+        return listed
+    for i, record in enumerate(records):
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("path"), str)
+            and isinstance(record.get("size"), int)
+            and isinstance(record.get("sha256"), str)
+        ):
+            problems.append(f"files[{i}]: not a {{path, size, sha256}} record in {MANIFEST}")
+            continue
+        rel = record["path"]
+        if not plain_relative(rel):
+            problems.append(f"{rel!r}: manifest lists a path outside the bundle (or not a plain relative path)")
+        elif rel in listed or rel in UNLISTED:
+            problems.append(f"{rel}: listed twice in {MANIFEST}" if rel in listed else f"{rel}: may not be listed")
+        else:
+            listed[rel] = record
+    return listed
+
+
+def plain_relative(rel: str) -> bool:
     """'models/a.gguf' yes; '', '/etc/x', '../x', 'a/../b', './a', 'a//b', 'a\\b', 'C:x', NUL bytes no."""
     if not rel or "\0" in rel or "\\" in rel or rel.startswith("/") or ":" in rel.split("/")[0]:
         return False

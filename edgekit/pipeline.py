@@ -165,6 +165,7 @@ def assemble(
     runtime = bundle.runtime_values(task, kept, outcome.verdicts, bench)
     with staging_dir(Path(task.final)) as tmp:
         records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
+        bundle.add_ship_files(tmp, task, records, entries, bench, runtime["artifact"])
         reference, noise = _reference_summary(task, entries)
         report = build_report(
             task.report,

@@ -6,6 +6,7 @@ what was expected and, for a misspelt key or value, the nearest valid one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import stat
@@ -181,6 +182,7 @@ class BundleSection(_Section):
     name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     output_dir: str = "dist"
     exclude_failed: bool = False
+    release: int = Field(0, ge=0, le=2**53)  # boxes refuse to install a lower release than they run
     runtime: RuntimeDefaults = RuntimeDefaults()
 
     @field_validator("output_dir")
@@ -232,6 +234,14 @@ class Recipe:
     text: str
     spec: RecipeModel
     targets: tuple[Target, ...]
+
+    def with_release(self, release: int) -> Recipe:
+        """This recipe with `[bundle] release` replaced (`edgekit build --release N`)."""
+        try:
+            bundle = BundleSection.model_validate({**self.spec.bundle.model_dump(), "release": release})
+        except ValidationError as exc:
+            raise RecipeError(self.path, [RecipeProblem("bundle.release", exc.errors()[0]["msg"])]) from None
+        return dataclasses.replace(self, spec=self.spec.model_copy(update={"bundle": bundle}))
 
     @property
     def name(self) -> str:

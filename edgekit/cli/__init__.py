@@ -1,7 +1,8 @@
 """The `edgekit` command: parse, call the library, render. No pipeline logic lives here.
 
-Commands live in `build` (build, plan, reference), `bundle` (verify, sign, keygen, inspect, toolchain)
-and `runtime` (run, serve, bench, tune, numa: what a box runs, with no build-side imports).
+Commands live in `build` (build, plan, reference), `bundle` (inspect, toolchain), `ship` (keygen, sign,
+verify, pack, install, status, rollback) and `runtime` (run, serve, bench, tune, numa: what a box runs,
+with no build-side imports).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import click
 
 from edgekit import __version__
-from edgekit.cli import build, bundle, runtime
+from edgekit.cli import build, bundle, runtime, ship
 from edgekit.cli.errors import DEBUG_ENV, run_reporting_errors
 
 
@@ -24,7 +25,7 @@ def cli(debug: bool) -> None:
         os.environ[DEBUG_ENV] = "1"
 
 
-for module in (build, bundle, runtime):
+for module in (build, bundle, ship, runtime):
     for command in module.COMMANDS:
         cli.add_command(command)
 

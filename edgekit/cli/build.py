@@ -25,8 +25,14 @@ threads_option = click.option(
 @threads_option
 @click.option("--reference", "reference_dir", type=click.Path(exists=True, file_okay=False),
               help="Import a reference exported by `edgekit reference --export` first.")  # fmt: skip
+@click.option("--release", type=click.IntRange(0), help="The bundle's release number (overrides [bundle] release).")
 def build(
-    recipe: str | None, out_dir: str | None, cache_dir: str | None, threads: int | None, reference_dir: str | None
+    recipe: str | None,
+    out_dir: str | None,
+    cache_dir: str | None,
+    threads: int | None,
+    reference_dir: str | None,
+    release: int | None,
 ) -> None:
     """Build the bundle described by RECIPE (default: the embedded SmolLM2-135M recipe)."""
     from edgekit.errors import GateFailure
@@ -35,6 +41,8 @@ def build(
     from edgekit.recipe import load_recipe
 
     loaded = load_recipe(recipe_path(recipe))
+    if release is not None:
+        loaded = loaded.with_release(release)
     cache = open_cache(cache_dir)
     command = "edgekit build " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     with RichProgressReporter(err_console) as progress:

@@ -1,4 +1,4 @@
-"""Commands on bundles and tools: verify, sign, keygen, inspect, toolchain."""
+"""Commands on bundles and tools: inspect, toolchain (signing and shipping: `edgekit.cli.ship`)."""
 
 from __future__ import annotations
 
@@ -12,45 +12,6 @@ from edgekit.cli.common import console
 
 
 @click.command()
-@click.argument("bundle", type=click.Path(file_okay=False))
-@click.option("--key", "public_key", type=click.Path(dir_okay=False, exists=True), help="Also check the signature.")
-def verify(bundle: str, public_key: str | None) -> None:
-    """Check every file of BUNDLE against its manifest (and its signature with --key)."""
-    from edgekit.manifest import verify_bundle
-
-    manifest = verify_bundle(Path(bundle))
-    if public_key:
-        from edgekit.signing import verify_signature
-
-        verify_signature(Path(bundle), Path(public_key))
-    signed = " and its signature by that key" if public_key else ""
-    console.print(f"[green]ok[/]: {len(manifest['files'])} files match {Path(bundle) / 'manifest.json'}{signed}")
-
-
-@click.command()
-@click.argument("bundle", type=click.Path(file_okay=False))
-@click.option("--key", "private_key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key.")
-def sign(bundle: str, private_key: str) -> None:
-    """Sign BUNDLE's manifest (Ed25519, detached manifest.sig) after checking every file against it."""
-    from edgekit.signing import sign_bundle
-
-    path = sign_bundle(Path(bundle), Path(private_key))
-    console.print(f"signed: {path}  (check with: edgekit verify {bundle} --key PUBLIC_KEY)")
-
-
-@click.command()
-@click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False))
-@click.option("--name", default="edgekit", show_default=True, help="Writes NAME.key (private) and NAME.pub.")
-def keygen(out_dir: str, name: str) -> None:
-    """Make an Ed25519 key pair for `edgekit sign` / `edgekit verify --key`."""
-    from edgekit.signing import generate_keypair
-
-    private, public = Path(out_dir) / f"{name}.key", Path(out_dir) / f"{name}.pub"
-    generate_keypair(private, public)
-    console.print(f"private key: {private} (keep it secret; mode 600)\npublic key:  {public} (give it to the boxes)")
-
-
-@click.command()
 @click.argument("bundle", type=click.Path(file_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 def inspect(bundle: str, as_json: bool) -> None:
@@ -61,7 +22,10 @@ def inspect(bundle: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    console.print(f"[bold]{summary['name']}[/]  built {summary['created']} with edgekit {summary['edgekit_version']}")
+    console.print(
+        f"[bold]{summary['name']}[/] release {summary['release']}  built {summary['created']} "
+        f"with edgekit {summary['edgekit_version']}"
+    )
     console.print(f"source: {summary['source']}")
     if summary.get("reconstructed_from"):
         console.print(f"[yellow]reference reconstructed from {summary['reconstructed_from']}[/]")
@@ -92,4 +56,4 @@ def toolchain(llama_cpp_dir: str | None) -> None:
     console.print(f"from: {converter.origin}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")
 
 
-COMMANDS = (verify, sign, keygen, inspect, toolchain)
+COMMANDS = (inspect, toolchain)

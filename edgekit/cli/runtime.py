@@ -14,6 +14,7 @@ import click
 from rich.table import Table
 
 from edgekit.cli.common import console, err_console
+from edgekit.cli.ship import trusted_key_option
 
 bundle_argument = click.argument("bundle", type=click.Path(file_okay=False, exists=True))
 artifact_option = click.option("--artifact", help="Artifact to use (default: the one runtime.toml names).")
@@ -43,6 +44,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--stop", multiple=True, help="Stop at this text (repeatable).")
 @artifact_option
 @click.option("--quiet", "-q", is_flag=True, help="No load and speed summary on stderr.")
+@trusted_key_option
 def run(
     bundle: str,
     prompt: str,
@@ -55,6 +57,7 @@ def run(
     stop: tuple[str, ...],
     artifact: str | None,
     quiet: bool,
+    trusted_keys: tuple[Path, ...],
 ) -> None:
     """Stream one completion of PROMPT from BUNDLE (verified against its manifest first)."""
     from edgekit.runtime.engines import Sampling
@@ -63,7 +66,7 @@ def run(
     from edgekit.runtime.text.generate import Completion, stream
 
     text = sys.stdin.read() if prompt == "-" else prompt
-    loaded = open_bundle(Path(bundle), artifact=artifact)
+    loaded = open_bundle(Path(bundle), artifact=artifact, trusted_keys=trusted_keys)
     engine = loaded.engine
     try:
         if chat:
@@ -95,11 +98,14 @@ def run(
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @artifact_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
-def serve(bundle: str, host: str, port: int, artifact: str | None, log_level: str) -> None:
+@trusted_key_option
+def serve(
+    bundle: str, host: str, port: int, artifact: str | None, log_level: str, trusted_keys: tuple[Path, ...]
+) -> None:
     """Serve BUNDLE over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
     from edgekit.runtime.serve.server import serve as run_server
 
-    run_server(Path(bundle), host=host, port=port, artifact=artifact, log_level=log_level)
+    run_server(Path(bundle), host=host, port=port, artifact=artifact, log_level=log_level, trusted_keys=trusted_keys)
 
 
 def _bench_options(func: Any) -> Any:
@@ -124,6 +130,7 @@ def _bench_options(func: Any) -> Any:
 @click.option("--artifact", "artifacts", multiple=True, help="Only this artifact (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
+@trusted_key_option
 def bench(
     bundle: str,
     runs: int | None,
@@ -137,6 +144,7 @@ def bench(
     artifacts: tuple[str, ...],
     as_json: bool,
     out: str | None,
+    trusted_keys: tuple[Path, ...],
 ) -> None:
     """Benchmark BUNDLE's GGUF artifacts on this machine against its memory-bandwidth roofline."""
     from edgekit.fsutil import write_json_atomic
@@ -154,7 +162,11 @@ def bench(
     }
     with err_console.status("bench") as status:
         result = bench_bundle(
-            Path(bundle), artifacts=list(artifacts) or None, overrides=overrides, log=lambda m: status.update(m)
+            Path(bundle),
+            artifacts=list(artifacts) or None,
+            overrides=overrides,
+            log=lambda m: status.update(m),
+            trusted_keys=trusted_keys,
         )
     if out:
         write_json_atomic(Path(out), result)
@@ -214,6 +226,7 @@ def _render_bench(result: dict[str, Any]) -> None:
 @_bench_options
 @artifact_option
 @click.option("--json", "as_json", is_flag=True)
+@trusted_key_option
 def tune(
     bundle: str,
     runs: int | None,
@@ -222,6 +235,7 @@ def tune(
     threads: tuple[int, ...] | None,
     artifact: str | None,
     as_json: bool,
+    trusted_keys: tuple[Path, ...],
 ) -> None:
     """Sweep thread counts on this box and write BUNDLE/runtime.local.toml (the signed runtime.toml stays)."""
     from edgekit.runtime.bench.tune import tune as run_tune
@@ -232,7 +246,8 @@ def tune(
         if v is not None
     }
     with err_console.status("tune") as status:
-        result = run_tune(Path(bundle), artifact=artifact, threads=threads, log=lambda m: status.update(m), **kwargs)
+        result = run_tune(Path(bundle), artifact=artifact, threads=threads, log=lambda m: status.update(m),
+                          trusted_keys=trusted_keys, **kwargs)  # fmt: skip
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return

@@ -36,6 +36,7 @@ from edgekit.plan.tasks import (
     QuantizeTask,
     ReferenceTask,
     ReportTask,
+    SmokeTask,
     TargetPlan,
     Task,
     ValidateTask,
@@ -125,6 +126,7 @@ def make_plan(
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
         report=_report(recipe, Path(final).name if final else recipe.name, command, evaluation),
         skipped=skipped,
+        release=recipe.spec.bundle.release,
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
@@ -185,7 +187,17 @@ def _target(
         gate_sources=_gate_sources(recipe, target),
         quantize=quantize,
         validate=validate,
+        smoke=_smoke(recipe, quantize),
     )
+
+
+def _smoke(recipe: Recipe, quantize: QuantizeTask) -> SmokeTask:
+    from edgekit.runtime import smoke
+
+    runtime = recipe.spec.bundle.runtime
+    settings = {"n_ctx": runtime.n_ctx, "n_batch": runtime.n_batch, "max_concurrent": 1,
+                "warmup_tokens": runtime.warmup_tokens}  # fmt: skip
+    return SmokeTask(quantize, smoke.PROMPTS, smoke.TOKENS, settings)
 
 
 def _gate_sources(recipe: Recipe, target: Target) -> dict[str, str]:

@@ -18,7 +18,7 @@ from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
 from edgekit.records import SourceFile
 
-STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "bench", "report", "bundle")
+STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "smoke", "bench", "report", "bundle")
 
 
 @dataclass(frozen=True)
@@ -218,6 +218,24 @@ class ValidateTask(Task):
 
 
 @dataclass(frozen=True)
+class SmokeTask(Task):
+    """Greedy token ids of a few fixed prompts through the engine the box runs; `edgekit install` replays them."""
+
+    stage: ClassVar[str] = "smoke"
+    artifact: QuantizeTask
+    prompts: tuple[str, ...]
+    tokens: int
+    settings: dict[str, Any]  # engine settings besides threads (n_ctx, n_batch…): the box replays with the same
+
+    @property
+    def label(self) -> str:
+        return f"smoke {self.artifact.name}"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=1)
+
+
+@dataclass(frozen=True)
 class Exclusion:
     """`[bundle] exclude_failed`: the bench measures only what passes (the verdicts are pure functions)."""
 
@@ -256,6 +274,7 @@ class TargetPlan:
     gate_sources: dict[str, str]
     quantize: QuantizeTask
     validate: ValidateTask | None
+    smoke: SmokeTask | None = None
 
 
 @dataclass(frozen=True)
@@ -304,6 +323,7 @@ class BundleTask(Task):
     versions: dict[str, Any]
     report: ReportTask
     skipped: tuple[SkippedTarget, ...] = ()
+    release: int = 0  # [bundle] release or `edgekit build --release`: boxes refuse to install a lower one
 
     @property
     def label(self) -> str:
@@ -312,6 +332,6 @@ class BundleTask(Task):
     def deps(self) -> tuple[Task, ...]:
         found: list[Task] = []  # the fetch itself only when something reads its checkpoint
         for t in self.targets:
-            found += [t.quantize] + ([t.validate] if t.validate else [])
+            found += [t.quantize] + [task for task in (t.validate, t.smoke) if task is not None]
         found += [t for t in (self.reference, self.bench) if t is not None]
         return tuple(found)

@@ -9,6 +9,7 @@ Layout:
     tokenizer/           the source tokenizer files and chat template
     report.json/.md/.html  the accuracy sign-off (and benchmark figures)
     Dockerfile.edge      a runtime image for this bundle
+    edgekit.service      a systemd unit serving the box's current release (edgekit.ship.service)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
+from edgekit.cache import CacheEntry
 from edgekit.errors import CorruptCacheEntry
 from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
 from edgekit.hashing import copy_hashed, file_records, sha256_json
@@ -30,6 +32,7 @@ from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.records import Artifact, Checkpoint
 from edgekit.runtime.config import render_runtime_toml
+from edgekit.ship import service
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 
 # tokenizer/ in the bundle: the tokenizer files, and the configs that say how it is used (BOS, EOS).
@@ -77,6 +80,23 @@ def stage_files(
     return records
 
 
+def add_ship_files(
+    tmp: Path,
+    task: BundleTask,
+    records: list[dict[str, Any]],
+    entries: dict[str, CacheEntry],
+    bench: dict[str, Any] | None,
+    default: str,
+) -> None:
+    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit."""
+    smoke = {t.name: entries[t.smoke.key].result for t in task.targets if t.smoke is not None}
+    for record in records:
+        record["smoke"] = smoke.get(record["name"], {"skipped": "not recorded"})
+    size = next((r["size"] for r in records if r["name"] == default), 0)
+    memory, why = service.memory_max_mib(bench, default, size)
+    write_text_atomic(tmp / service.SERVICE, service.render_unit(task.name, __version__, memory, why))
+
+
 def _artifact_record(
     tmp: Path, artifact: Artifact, verdicts: dict[str, str], damaged: list[dict[str, str]]
 ) -> dict[str, Any]:
@@ -109,6 +129,7 @@ def seal_manifest(
         "schema_version": SCHEMA_VERSION,
         "edgekit_version": __version__,
         "name": task.name,
+        "release": task.release,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "built_on": {"machine": platform.machine(), "system": platform.system(), "python": sys.version.split()[0]},
         "recipe": {"path": task.report.recipe_path, "sha256": task.report.recipe_sha256},

@@ -34,6 +34,7 @@ def test_plan_of_the_default_recipe_lists_every_task_with_its_key_inputs_and_sta
     stages = [t["stage"] for t in tasks]
     assert stages.count("fetch") == 1 and stages.count("reference") == 1 and stages.count("bench") == 1
     assert stages.count("convert") == 2 and stages.count("quantize") == 4 and stages.count("validate") == 4
+    assert stages.count("smoke") == 4  # greedy token ids of every artifact, for the boxes' installs
     assert stages[-1] == "bundle" and tasks[-1]["key"] is None and not tasks[-1]["cached"]
     keys = [t["key"] for t in tasks[:-1]]
     assert len(set(keys)) == len(keys) and all(len(k) == 64 for k in keys)
@@ -59,11 +60,16 @@ def test_a_changed_target_reruns_only_the_tasks_whose_inputs_changed(
     cache = StageCache(e2e_cache_root)
     described = describe(make_plan(recipe, cache_root=cache.root, final=tmp_path / "dist" / "tiny"), cache)
     to_run = {t["id"] for t in described["tasks"] if not t["cached"]}
-    assert to_run == {"quantize gguf-F16", "validate gguf-F16", f"bundle {tmp_path / 'dist' / 'tiny'}"}
+    assert to_run == {
+        "quantize gguf-F16",
+        "validate gguf-F16",
+        "smoke gguf-F16",
+        f"bundle {tmp_path / 'dist' / 'tiny'}",
+    }
     result = build(recipe, cache=cache, progress=SilentProgress(), out_dir=tmp_path / "dist", project=project)
     ran = {e.label for e in result.events if not e.reused}
     reused = {e.stage for e in result.events if e.reused}
-    assert ran == {"quantize gguf-F16", "validate gguf-F16"}, result.events
+    assert ran == {"quantize gguf-F16", "validate gguf-F16", "smoke gguf-F16"}, result.events
     assert reused == {"fetch", "convert", "reference"}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ def serve(
     artifact: str | None = None,
     overrides: dict[str, Any] | None = None,
     log_level: str = "info",
+    trusted_keys: Sequence[Path] = (),
 ) -> None:
     import uvicorn
 
-    info = inspect_bundle(bundle, artifact=artifact, overrides=overrides)  # refuses a modified bundle
+    # refuses a modified bundle, or one the box's trust policy does not trust
+    info = inspect_bundle(bundle, artifact=artifact, overrides=overrides, trusted_keys=trusted_keys)
     _check_port(host, port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("edgekit").info(
