@@ -7,14 +7,20 @@ is staged beside its final place and swapped in whole at the end.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit import stagelog
 from edgekit.cache import CacheEntry, StageCache
-from edgekit.errors import GateFailure
-from edgekit.executors.base import Executor, TaskEvent, Tools
+from edgekit.errors import ExitCode, GateFailure
+from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
 from edgekit.gates import counts_as_failed, judge_artifact
@@ -66,10 +72,38 @@ def build(
     executor: Executor | None = None,
 ) -> BuildResult:
     started = time.time()
-    final = output_path(recipe, out_dir, project or Path.cwd())
-    plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None, threads=threads,
-                     command=command)  # fmt: skip
-    return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started)
+    with build_log(cache) as log:  # planning, bundling and helper threads: the build's own log
+        final = output_path(recipe, out_dir, project or Path.cwd())
+        plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None,
+                         threads=threads, command=command)  # fmt: skip
+        progress.log(f"plan: {len(plan.tasks) + 1} tasks ({time.time() - started:.1f} s)")
+        warn_notices(progress, "plan", log)
+        return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started, build_log=log)
+
+
+@contextlib.contextmanager
+def build_log(cache: StageCache) -> Iterator[stagelog.Capture]:
+    """What other libraries print outside a stage (planning, bundling): a temp file (bad input writes nothing in
+    the cache), copied into the bundle's logs/ by a build; kept in the cache's logs/ when the command fails."""
+    fd, name = tempfile.mkstemp(prefix="edgekit-build-", suffix=".log")
+    os.close(fd)
+    path = Path(name)
+    try:
+        with stagelog.capture(path) as log:
+            yield log
+    except BaseException as exc:
+        if getattr(exc, "exit_code", None) != ExitCode.BAD_INPUT and cache.root.is_dir():
+            stagelog.keep(exc, [path], cache.root / FAILED_LOGS / f"build-{time.strftime('%Y%m%dT%H%M%S')}")
+        raise
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def warn_notices(progress: Progress, where: str, log: stagelog.Capture) -> None:
+    """Show the warnings that matter found in `log` so far, once each."""
+    for notice in log.notices:
+        progress.warn(f"{where}: {notice}")
+    log.notices.clear()
 
 
 def build_plan(
@@ -79,6 +113,7 @@ def build_plan(
     progress: Progress,
     executor: Executor | None = None,
     started: float | None = None,
+    build_log: stagelog.Capture | None = None,
 ) -> BuildResult:
     started = started or time.time()
     task = plan.bundle
@@ -90,8 +125,12 @@ def build_plan(
     if outcome.excluded and len(outcome.excluded) == len(task.targets):
         raise GateFailure(outcome.excluded, None)
     bundle_started = time.time()
+    progress.stage_started(task.label)
     with progress.task(f"bundle  {task.final}"):
-        assemble(task, entries, outcome)
+        assemble(task, entries, outcome, _log_folders(plan, entries), build_log.path if build_log else None)
+    if build_log is not None:
+        warn_notices(progress, "bundle", build_log)
+    progress.stage_finished(task.label, time.time() - bundle_started, reused=False)
     events = executor.events
     return BuildResult(
         bundle=Path(task.final),
@@ -130,7 +169,26 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
     )
 
 
-def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome) -> None:
+def _log_folders(plan: Plan, entries: dict[str, CacheEntry]) -> dict[str, Path]:
+    """Each task's entry folder (where its logs are) under a name for the bundle's logs/: `quantize-gguf-Q8_0`."""
+    folders: dict[str, Path] = {}
+    for task in plan.tasks:
+        if task.key not in entries:
+            continue
+        what = task.label.removeprefix(task.stage).strip()
+        name = task.stage if not what or re.search(r"[/:\\]", what) else f"{task.stage}-{what}"
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+        folders[name if name not in folders else f"{name}-{task.key[:12]}"] = entries[task.key].path
+    return folders
+
+
+def assemble(
+    task: BundleTask,
+    entries: dict[str, CacheEntry],
+    outcome: Outcome,
+    logs: dict[str, Path] | None = None,
+    build_log: Path | None = None,
+) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
     artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
@@ -151,6 +209,7 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome)
             versions=task.versions,
         )
         write_reports(tmp, report)
+        bundle.stage_logs(tmp, logs or {}, build_log)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
 
 

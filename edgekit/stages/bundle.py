@@ -8,6 +8,7 @@ Layout:
     models/<artifact>    one file (GGUF) or folder (OpenVINO IR, ONNX) per artifact
     tokenizer/           the source tokenizer files and chat template
     report.json/.md/.html  the accuracy sign-off (and benchmark figures)
+    logs/                the build's log and every stage's logs: what other libraries printed (edgekit.stagelog)
     Dockerfile.edge      a runtime image for this bundle
 """
 
@@ -136,6 +137,16 @@ def runtime_values(
     if bench:
         values.update(derive_runtime(bench, chosen.name, values))
     return values
+
+
+def stage_logs(tmp: Path, logs: dict[str, Path], build_log: Path | None) -> None:
+    """logs/build.log and logs/<stage>/<file>.log: the log files of every stage entry the bundle was made from
+    (made in this build or an earlier one: each entry keeps the logs of the run that made it)."""
+    if build_log is not None and build_log.is_file():
+        _copy(build_log, tmp / "logs" / "build.log")
+    for name, entry in logs.items():
+        for path in sorted(entry.glob("*.log")):
+            _copy(path, tmp / "logs" / name / path.name)
 
 
 def _copy(src: Path, dst: Path) -> None:
