@@ -3,9 +3,10 @@
 While `capture(path)` is open in a thread, everything that is not edgekit's own progress lands in
 `path`: Python warnings (`logging.captureWarnings`), the records of every library's logger (transformers
 through its own `transformers.utils.logging` switches; any other logger's terminal handler is set
-aside while the capture lasts), text written to `sys.stdout`/`sys.stderr` (tqdm bars, prints), and
-llama.cpp's log lines (llama-cpp-python prints them to `sys.stderr`). Child processes write into
-log files of their own beside it (`edgekit.backends.child`), which are scanned the same way.
+aside while the capture lasts), and text written to `sys.stdout`/`sys.stderr` (tqdm bars, prints,
+llama.cpp's log lines as llama-cpp-python prints them when not silenced). Child processes write into
+log files of their own beside it (`edgekit.backends.child`), which are scanned the same way; they
+are where llama.cpp's C-level output (converter, quantizer) and exporters' output land.
 
 Each capture keeps the one-line notices (`edgekit.notices`) its output called for; the executor shows
 them when the stage ends. Output from a thread with no capture of its own (a library's helper thread,
@@ -32,8 +33,6 @@ from typing import Any, TextIO
 
 from edgekit.errors import EdgekitError
 from edgekit.notices import notable
-
-LLAMA_CPP_LOGGER = "llama-cpp-python"  # llama-cpp-python prints llama.cpp's log lines when this logger allows
 
 
 class Capture:
@@ -134,7 +133,7 @@ class _Routing:
         showwarning = warnings.showwarning
         logging.captureWarnings(True)
         self.undo = [lambda: (logging.captureWarnings(False), setattr(warnings, "showwarning", showwarning))]
-        self.undo += _quiet_transformers() + _route_llama_cpp()
+        self.undo += _quiet_transformers()
 
     def set_aside_terminal_handlers(self) -> None:
         """Loggers that print to the terminal themselves (huggingface_hub, nncf…) log through ours meanwhile;
@@ -184,14 +183,6 @@ def _quiet_transformers() -> list[Any]:
     tf_logging.enable_propagation()
     return [tf_logging.enable_default_handler, tf_logging.enable_propagation if propagated else
             tf_logging.disable_propagation]  # fmt: skip
-
-
-def _route_llama_cpp() -> list[Any]:
-    """llama.cpp's log lines (model loads, fallbacks) printed by llama-cpp-python, hence into the log."""
-    logger = logging.getLogger(LLAMA_CPP_LOGGER)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    return [lambda: logger.setLevel(level)]
 
 
 def echo(stream: TextIO | None) -> None:

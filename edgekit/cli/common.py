@@ -66,7 +66,7 @@ def progress_reporter() -> Any:
     stream = sys.stderr
     if plain_output(stream) or stagelog.echoing() is not None:
         return PlainProgressReporter(Console(file=stream, soft_wrap=True, **console_options(stream)))
-    return RichProgressReporter(Console(file=stream, soft_wrap=True))
+    return RichProgressReporter(Console(file=stream, soft_wrap=True, log_path=False))
 
 
 @contextlib.contextmanager
@@ -87,7 +87,7 @@ cache_option = click.option(
 )
 recipe_argument = click.argument("recipe", required=False, type=click.Path(dir_okay=False))
 # Not click's exists=True: a path that is not a bundle gets edgekit's own message and exit code (2).
-bundle_argument = click.argument("bundle", type=click.Path(file_okay=False))
+bundle_argument = click.argument("bundle", type=click.Path())
 
 
 def recipe_path(recipe: str | None) -> Path:
