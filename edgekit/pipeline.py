@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -83,20 +82,17 @@ def build(
 
 @contextlib.contextmanager
 def build_log(cache: StageCache) -> Iterator[stagelog.Capture]:
-    """What other libraries print outside a stage (planning, bundling): a temp file (bad input writes nothing in
-    the cache), copied into the bundle's logs/ by a build; kept in the cache's logs/ when the command fails."""
-    fd, name = tempfile.mkstemp(prefix="edgekit-build-", suffix=".log")
-    os.close(fd)
-    path = Path(name)
-    try:
-        with stagelog.capture(path) as log:
+    """What other libraries print outside a stage (planning, bundling): a nameless temp file (bad input writes
+    nothing in the cache, a killed build leaves nothing), copied into the bundle's logs/ by a build; kept in the
+    cache's logs/ when the command fails after its input was accepted."""
+    with stagelog.capture() as log:
+        try:
             yield log
-    except BaseException as exc:
-        if getattr(exc, "exit_code", None) != ExitCode.BAD_INPUT and cache.root.is_dir():
-            stagelog.keep(exc, [path], cache.root / FAILED_LOGS / f"build-{time.strftime('%Y%m%dT%H%M%S')}")
-        raise
-    finally:
-        path.unlink(missing_ok=True)
+        except BaseException as exc:
+            if getattr(exc, "exit_code", None) != ExitCode.BAD_INPUT and cache.root.is_dir():
+                kept = cache.root / FAILED_LOGS / f"build-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+                stagelog.keep(exc, kept, {"build.log": log.text()})
+            raise
 
 
 def warn_notices(progress: Progress, where: str, log: stagelog.Capture) -> None:
@@ -127,7 +123,7 @@ def build_plan(
     bundle_started = time.time()
     progress.stage_started(task.label)
     with progress.task(f"bundle  {task.final}"):
-        assemble(task, entries, outcome, _log_folders(plan, entries), build_log.path if build_log else None)
+        assemble(task, entries, outcome, _log_folders(plan, entries), build_log.text() if build_log else None)
     if build_log is not None:
         warn_notices(progress, "bundle", build_log)
     progress.stage_finished(task.label, time.time() - bundle_started, reused=False)
@@ -187,7 +183,7 @@ def assemble(
     entries: dict[str, CacheEntry],
     outcome: Outcome,
     logs: dict[str, Path] | None = None,
-    build_log: Path | None = None,
+    build_log: str | None = None,
 ) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))

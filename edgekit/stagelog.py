@@ -24,6 +24,7 @@ import io
 import logging
 import shutil
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -38,12 +39,25 @@ from edgekit.notices import notable
 class Capture:
     """One open log file, written from any thread; and the notices its output called for."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path | None) -> None:
         self.path = path
         self.notices: list[str] = []
-        self._file = open(path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by close())
+        if path is None:  # a file with no name: nothing is left behind, even by a killed process
+            self._file: TextIO = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by close())
         self._lock = threading.Lock()
+
+    def text(self) -> str:
+        """Everything written so far."""
+        with self._lock:
+            if self.path is not None:
+                return self.path.read_text(encoding="utf-8", errors="replace")
+            self._file.seek(0)
+            found = self._file.read()
+            self._file.seek(0, io.SEEK_END)
+            return found
 
     def write(self, text: str) -> None:
         with self._lock:
@@ -196,9 +210,10 @@ def echoing() -> TextIO | None:
 
 
 @contextlib.contextmanager
-def capture(path: Path) -> Iterator[Capture]:
-    """Route other libraries' output in this thread (and threads with none of their own) into `path`."""
-    log = Capture(Path(path))
+def capture(path: Path | None = None) -> Iterator[Capture]:
+    """Route other libraries' output in this thread (and threads with none of their own) into `path` (None: a
+    nameless temp file, read back with `Capture.text()`)."""
+    log = Capture(Path(path) if path is not None else None)
     with _routing.lock:
         if not _routing.open:
             _routing.install()
@@ -221,15 +236,19 @@ def current() -> Capture | None:
     return _target()
 
 
-def keep(exc: BaseException, logs: list[Path], kept: Path, was: Path | None = None) -> None:
-    """Copy `logs` (about to be removed, with folder `was`) into `kept` after a failure, and say where in the error."""
-    logs = [p for p in logs if p.is_file()]
+def keep(exc: BaseException, kept: Path, logs: dict[str, Path | str], was: Path | None = None) -> None:
+    """After a failure, keep `logs` (name → file about to be removed with folder `was`, or text) in `kept`, and say
+    where in the error."""
+    logs = {name: log for name, log in logs.items() if isinstance(log, str) or log.is_file()}
     if not logs:
         return
     shutil.rmtree(kept, ignore_errors=True)
     kept.mkdir(parents=True, exist_ok=True)
-    for path in logs:
-        shutil.copyfile(path, kept / path.name)
+    for name, log in logs.items():
+        if isinstance(log, str):
+            (kept / name).write_text(log, encoding="utf-8")
+        else:
+            shutil.copyfile(log, kept / name)
     hint = getattr(exc, "hint", None)
     if isinstance(exc, EdgekitError):
         if hint and was is not None and str(was) in hint:

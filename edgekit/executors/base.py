@@ -62,7 +62,7 @@ def execute(task: Task, records: Mapping[str, CacheEntry], tools: Tools, progres
                 result = stage(task, context, out)
             except BaseException as exc:
                 kept = tools.cache.root / FAILED_LOGS / f"{task.stage}-{task.key[:16]}"
-                stagelog.keep(exc, sorted(out.glob("*.log")), kept, was=out)
+                stagelog.keep(exc, kept, {p.name: p for p in sorted(out.glob("*.log"))}, was=out)
                 raise
         for notice in log.notices:
             progress.warn(f"{task.label}: {notice}")

@@ -139,11 +139,11 @@ def runtime_values(
     return values
 
 
-def stage_logs(tmp: Path, logs: dict[str, Path], build_log: Path | None) -> None:
-    """logs/build.log and logs/<stage>/<file>.log: the log files of every stage entry the bundle was made from
-    (made in this build or an earlier one: each entry keeps the logs of the run that made it)."""
-    if build_log is not None and build_log.is_file():
-        _copy(build_log, tmp / "logs" / "build.log")
+def stage_logs(tmp: Path, logs: dict[str, Path], build_log: str | None) -> None:
+    """logs/build.log (`build_log`: planning and bundling) and logs/<stage>/<file>.log: the log files of every
+    stage entry the bundle was made from (in this build or an earlier one: an entry keeps its maker's logs)."""
+    if build_log is not None:
+        write_text_atomic(tmp / "logs" / "build.log", build_log)
     for name, entry in logs.items():
         for path in sorted(entry.glob("*.log")):
             _copy(path, tmp / "logs" / name / path.name)

@@ -59,6 +59,15 @@ def test_transformers_records_reach_the_log_and_a_tokenizer_warning_becomes_one_
     assert not tf_logging._get_library_root_logger().propagate  # transformers' own setting is back
 
 
+def test_a_nameless_capture_is_read_back_whole(tmp_path: Path) -> None:
+    with stagelog.capture() as log:
+        print("first")
+        logging.getLogger("lib").warning("second")
+        assert log.text() == "first\nWARNING lib: second\n"
+        print("third")
+        assert log.text().endswith("third\n") and log.path is None
+
+
 def test_each_thread_writes_into_its_own_stage_log_and_helpers_into_the_outer_one(tmp_path: Path) -> None:
     def stage(name: str) -> None:
         with stagelog.capture(tmp_path / f"{name}.log"):
@@ -99,7 +108,7 @@ def test_a_failed_stages_logs_are_kept_and_the_error_says_where(tmp_path: Path) 
     entry.mkdir()
     (entry / "convert.log").write_text("Traceback: the converter's last words\n")
     error = StageError("convert", "failed with exit code 1", f"full log: {entry / 'convert.log'}")
-    stagelog.keep(error, sorted(entry.glob("*.log")), tmp_path / "logs" / "convert-abc", was=entry)
+    stagelog.keep(error, tmp_path / "logs" / "convert-abc", {"convert.log": entry / "convert.log"}, was=entry)
     assert (tmp_path / "logs" / "convert-abc" / "convert.log").read_text().startswith("Traceback")
     assert error.hint == f"full log: {tmp_path / 'logs' / 'convert-abc' / 'convert.log'}"
 
