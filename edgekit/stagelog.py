@@ -242,13 +242,16 @@ def keep(exc: BaseException, kept: Path, logs: dict[str, Path | str], was: Path 
     logs = {name: log for name, log in logs.items() if isinstance(log, str) or log.is_file()}
     if not logs:
         return
-    shutil.rmtree(kept, ignore_errors=True)
-    kept.mkdir(parents=True, exist_ok=True)
-    for name, log in logs.items():
-        if isinstance(log, str):
-            (kept / name).write_text(log, encoding="utf-8")
-        else:
-            shutil.copyfile(log, kept / name)
+    try:  # best effort: a full or read-only disk must not hide the error being reported
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True, exist_ok=True)
+        for name, log in logs.items():
+            if isinstance(log, str):
+                (kept / name).write_text(log, encoding="utf-8")
+            else:
+                shutil.copyfile(log, kept / name)
+    except OSError:
+        return
     hint = getattr(exc, "hint", None)
     if isinstance(exc, EdgekitError):
         if hint and was is not None and str(was) in hint:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
+from edgekit.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
 from edgekit.hashing import file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
@@ -143,7 +143,7 @@ def stage_logs(tmp: Path, logs: dict[str, Path], build_log: str | None) -> None:
     """logs/build.log (`build_log`: planning and bundling) and logs/<stage>/<file>.log: the log files of every
     stage entry the bundle was made from (in this build or an earlier one: an entry keeps its maker's logs)."""
     if build_log is not None:
-        write_text_atomic(tmp / "logs" / "build.log", build_log)
+        write_bytes_atomic(tmp / "logs" / "build.log", build_log.encode("utf-8"), mode=0o644)
     for name, entry in logs.items():
         for path in sorted(entry.glob("*.log")):
             _copy(path, tmp / "logs" / name / path.name)

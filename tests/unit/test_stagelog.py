@@ -48,11 +48,19 @@ def test_warnings_records_prints_and_bars_go_to_the_log_and_everything_is_put_ba
     library.removeHandler(own_handler)
 
 
-def test_transformers_records_reach_the_log_and_a_tokenizer_warning_becomes_one_notice(tmp_path: Path) -> None:
+def test_transformers_mistral_regex_warning_goes_to_the_log_and_becomes_one_notice(tmp_path: Path) -> None:
+    """transformers 4.57 warns about Mistral's regex for any local tokenizer over 100k tokens (a Gemma GGUF's, say)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
     from transformers.utils import logging as tf_logging
 
+    vocab = {f"t{i}": i for i in range(100_001)} | {"[UNK]": 100_001}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    (tmp_path / "tok" / "config.json").write_text('{"model_type": "gemma3_text", "transformers_version": "4.57.6"}')
     with stagelog.capture(tmp_path / "stage.log") as log:
-        tf_logging.get_logger("transformers.tokenization_utils_base").warning(MISTRAL)
+        AutoTokenizer.from_pretrained(tmp_path / "tok")
         tf_logging.get_logger("transformers.tokenization_utils_base").warning(MISTRAL)  # said twice: shown once
     assert "fix_mistral_regex" in (tmp_path / "stage.log").read_text()
     assert log.notices == [NOTABLE[0].say] and "[model] tokenizer" in log.notices[0]
