@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass
+from functools import cache
 from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 from typing import Any
@@ -75,15 +76,19 @@ def summary(checks: list[Check]) -> dict[str, Any]:
 
 
 def _dist_of(module: str) -> str:
-    """The distribution that provides import name `module` ('optimum.intel' → 'optimum-intel'), without importing."""
+    """The distribution that provides import name `module`, without importing it: the usual spellings first
+    (optimum.intel → optimum-intel, optimum.exporters.onnx → optimum-onnx, llama_cpp → llama-cpp-python), then
+    the installed distributions' file lists (slow: read once)."""
     parts = module.lower().replace("_", "-").split(".")
-    candidates = packages_distributions().get(module.split(".")[0]) or [module.split(".")[0]]
-    by_name = {d.replace("_", "-").lower(): d for d in candidates}
-    # optimum.intel → optimum-intel; optimum.exporters.onnx → optimum-onnx; llama_cpp → llama-cpp-python
-    for wanted in ("-".join(parts), f"{parts[0]}-{parts[-1]}", parts[0]):
-        if wanted in by_name:
-            return by_name[wanted]
-    return candidates[0]
+    for name in ("-".join(parts), f"{parts[0]}-{parts[-1]}", parts[0], f"{parts[0]}-python"):
+        if dist_version(name) is not None:
+            return name
+    return (_top_level_distributions().get(module.split(".")[0]) or [parts[0]])[0]
+
+
+@cache
+def _top_level_distributions() -> dict[str, list[str]]:
+    return dict(packages_distributions())
 
 
 def _extra_dists(extra: str, seen: frozenset[str] = frozenset()) -> list[str]:
