@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from edgekit.cli.common import bundle_argument, console, emit_json, err_console, json_option, steps
+from edgekit.cli.common import bundle_argument, console, emit_json, err_console, json_option, plain_output, steps
 
 artifact_option = click.option("--artifact", help="Artifact to use (default: the one runtime.toml names).")
 
@@ -97,7 +97,8 @@ def serve(bundle: str, host: str, port: int, artifact: str | None, log_level: st
     """Serve BUNDLE over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
     from edgekit.runtime.serve.server import serve as run_server
 
-    run_server(Path(bundle), host=host, port=port, artifact=artifact, log_level=log_level)
+    colours = False if plain_output(sys.stderr) else None
+    run_server(Path(bundle), host=host, port=port, artifact=artifact, log_level=log_level, colours=colours)
 
 
 def _bench_options(func: Any) -> Any:

@@ -20,7 +20,9 @@ def serve(
     artifact: str | None = None,
     overrides: dict[str, Any] | None = None,
     log_level: str = "info",
+    colours: bool | None = None,
 ) -> None:
+    """`colours`: uvicorn's coloured log lines (None: when stderr is a terminal; False for NO_COLOR, pipes, CI)."""
     import uvicorn
 
     info = inspect_bundle(bundle, artifact=artifact, overrides=overrides)  # refuses a modified bundle
@@ -38,7 +40,14 @@ def serve(
     )
     state = ServeState(info)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(state), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+        uvicorn.Config(
+            create_app(state),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+            use_colors=colours,
+        )
     )
 
     def stop(_exc: BaseException) -> None:
