@@ -183,7 +183,8 @@ def _target() -> Capture | None:
 
 
 def _loggers() -> list[logging.Logger]:
-    return [lg for lg in list(logging.Logger.manager.loggerDict.values()) if isinstance(lg, logging.Logger)]
+    known = logging.Logger.manager.loggerDict.copy()  # one C-level copy: other threads may be adding loggers
+    return [lg for lg in known.values() if isinstance(lg, logging.Logger)]
 
 
 def _quiet_transformers() -> list[Any]:
@@ -192,7 +193,7 @@ def _quiet_transformers() -> list[Any]:
         return []
     from transformers.utils import logging as tf_logging
 
-    propagated = tf_logging._get_library_root_logger().propagate
+    propagated = logging.getLogger("transformers").propagate
     tf_logging.disable_default_handler()
     tf_logging.enable_propagation()
     return [tf_logging.enable_default_handler, tf_logging.enable_propagation if propagated else
@@ -229,11 +230,6 @@ def capture(path: Path | None = None) -> Iterator[Capture]:
             if not _routing.open:
                 _routing.uninstall()
         log.close()
-
-
-def current() -> Capture | None:
-    """The capture this thread writes into, if any."""
-    return _target()
 
 
 def keep(exc: BaseException, kept: Path, logs: dict[str, Path | str], was: Path | None = None) -> None:
