@@ -139,3 +139,16 @@ def test_doctor_reads_memory_and_huge_pages_and_finds_built_llama_tools(tmp_path
     tool.chmod(0o755)
     found = llama_cpp_tools(tmp_path)
     assert found["llama-bench"] == tool and found["llama-quantize"] is None
+
+
+def test_shell_completion_as_the_readme_sets_it_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from edgekit.cli import cli
+
+    monkeypatch.setenv("_EDGEKIT_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", "edgekit schema b")
+    monkeypatch.setenv("COMP_CWORD", "2")
+    with pytest.raises(SystemExit):
+        cli.main([], prog_name="edgekit")
+    assert capsys.readouterr().out.split() == ["plain,bench", "plain,build"]

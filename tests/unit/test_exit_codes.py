@@ -5,8 +5,6 @@ with --json the failure is also an `edgekit.error` document on stdout."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -84,11 +82,6 @@ def test_verify_json_lists_every_files_state_then_exits_4(cases: dict[str, Path]
     jsonschema.validate(document, load_schema("verify"))
     states = {f["path"]: f["state"] for f in document["files"]}
     assert states["models/m.gguf"] == "modified" and states["runtime.toml"] == "ok" and not document["ok"]
-
-
-def test_the_real_command_line_gives_exit_2_for_a_folder_without_manifest(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "edgekit", "verify", str(tmp_path)], capture_output=True, text=True)
-    assert proc.returncode == 2 and f"no edgekit bundle at {tmp_path} (no manifest.json)" in proc.stderr
 
 
 @pytest.mark.parametrize(
