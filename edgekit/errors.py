@@ -224,6 +224,17 @@ class CorruptCacheEntry(EdgekitError):
         )
 
 
+class NotABundleError(UsageError):
+    """The path given as a bundle is not one (nothing there, not a folder, no manifest.json): a bad argument."""
+
+    def __init__(self, path: Path, why: str = "no manifest.json") -> None:
+        self.path = path
+        super().__init__(
+            f"no edgekit bundle at {path} ({why})",
+            "give the folder `edgekit build` wrote (dist/<name>/ by default), the one holding manifest.json",
+        )
+
+
 class SignatureError(EdgekitError):
     exit_code = ExitCode.INTEGRITY
 

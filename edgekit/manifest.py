@@ -6,10 +6,11 @@ Used on the edge box too (verify before load), so it imports nothing heavy.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import IntegrityError
+from edgekit.errors import IntegrityError, NotABundleError
 from edgekit.hashing import sha256_file
 
 MANIFEST = "manifest.json"
@@ -24,13 +25,22 @@ OLD_SIGNATURE = "manifest.sig"
 
 
 def load_manifest(bundle: Path) -> dict[str, Any]:
+    """The bundle's manifest. A path that is not a bundle at all is a bad argument (exit 2); a bundle whose
+    manifest is a link, unreadable or of another schema does not match it (exit 4)."""
+    bundle = Path(bundle)
+    if not bundle.exists():
+        raise NotABundleError(bundle, "no manifest.json: the path does not exist")
+    if not bundle.is_dir():
+        raise NotABundleError(bundle, "a file, not a folder")
     path = bundle / MANIFEST
     if path.is_symlink():
         raise IntegrityError(bundle, [f"{MANIFEST} is a link; bundles hold plain files only"])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise IntegrityError(bundle, [f"{MANIFEST} is missing: not an edgekit bundle"]) from None
+        raise NotABundleError(bundle) from None
+    except IsADirectoryError:
+        raise IntegrityError(bundle, [f"{MANIFEST} is a folder, not a file"]) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise IntegrityError(bundle, [f"{MANIFEST} is not valid JSON ({exc})"]) from None
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
@@ -45,44 +55,60 @@ def verify_bundle(bundle: Path, *, check_hashes: bool = True) -> dict[str, Any]:
 
     Returns the manifest; raises IntegrityError naming every file that differs.
     """
+    check = check_bundle(bundle, check_hashes=check_hashes)
+    if check.problems:
+        raise IntegrityError(Path(bundle), check.problems)
+    return check.manifest
+
+
+@dataclass
+class BundleCheck:
+    """Every file's state against the manifest (`edgekit verify --json`), and the problems in words."""
+
+    manifest: dict[str, Any]
+    files: list[dict[str, Any]] = field(default_factory=list)  # {path, size, state}
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, rel: str, size: int | None, state: str, problem: str | None = None) -> None:
+        self.files.append({"path": rel, "size": size, "state": state})
+        if problem:
+            self.problems.append(problem)
+
+
+def check_bundle(bundle: Path, *, check_hashes: bool = True) -> BundleCheck:
+    """The state of every file: ok, modified, size, missing, link or extra (a manifest that cannot be read raises)."""
     bundle = Path(bundle)
-    if not bundle.is_dir():
-        raise IntegrityError(bundle, ["not a folder"])
-    manifest = load_manifest(bundle)
-    if not isinstance(manifest.get("files"), list):
+    check = BundleCheck(load_manifest(bundle))
+    if not isinstance(check.manifest.get("files"), list):
         raise IntegrityError(bundle, [f"{MANIFEST} has no list of files"])
-    problems: list[str] = []
-    listed = listed_files(manifest, problems)
+    listed = listed_files(check.manifest, check.problems)
     root = bundle.resolve()
     for rel, record in sorted(listed.items()):
         path = bundle / rel
         if path.is_symlink() or not path.resolve().is_relative_to(root):
-            problems.append(f"{rel}: is a link; bundles hold plain files only")
-            continue
-        if not path.is_file():
-            problems.append(f"{rel}: missing")
-            continue
-        size = path.stat().st_size
-        if size != record.get("size"):
-            problems.append(f"{rel}: size {size} differs from the manifest's {record.get('size')}")
-        elif check_hashes and sha256_file(path) != record.get("sha256"):
-            problems.append(f"{rel}: sha256 differs from the manifest (modified)")
+            check.add(rel, record["size"], "link", f"{rel}: is a link; bundles hold plain files only")
+        elif not path.is_file():
+            check.add(rel, record["size"], "missing", f"{rel}: missing")
+        elif (size := path.stat().st_size) != record["size"]:
+            check.add(rel, size, "size", f"{rel}: size {size} differs from the manifest's {record['size']}")
+        elif check_hashes and sha256_file(path) != record["sha256"]:
+            check.add(rel, size, "modified", f"{rel}: sha256 differs from the manifest (modified)")
+        else:
+            check.add(rel, size, "ok" if check_hashes else "size ok")
     for path in sorted(bundle.rglob("*")):
         rel = path.relative_to(bundle).as_posix()
         if path.is_dir() and not path.is_symlink():
             continue
         if rel in UNLISTED and rel != MANIFEST and (path.is_symlink() or not path.is_file()):
-            problems.append(f"{rel}: is a link or not a regular file; bundles hold plain files only")
+            check.add(rel, None, "link", f"{rel}: is a link or not a regular file; bundles hold plain files only")
         elif rel == OLD_SIGNATURE and rel not in listed:
-            problems.append(
-                f"{rel}: an Ed25519 signature of edgekit 0.1, no longer read: delete it and sign the bundle again "
-                "with `edgekit sign` (OpenSSF model signing, model.sig)"
-            )
+            check.add(rel, path.lstat().st_size, "extra",
+                      f"{rel}: an Ed25519 signature of edgekit 0.1, no longer read: delete it and sign the bundle "
+                      "again with `edgekit sign` (OpenSSF model signing, model.sig)")  # fmt: skip
         elif rel not in listed and rel not in UNLISTED:
-            problems.append(f"{rel}: not in the manifest (extra file)")
-    if problems:
-        raise IntegrityError(bundle, problems)
-    return manifest
+            size = path.lstat().st_size
+            check.add(rel, size, "extra", f"{rel}: not in the manifest (extra file)")
+    return check
 
 
 def listed_files(manifest: dict[str, Any], problems: list[str]) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from edgekit.cli.common import console
+from edgekit.cli.common import bundle_argument, console, emit_json
+from edgekit.cli.common import json_option as schema_json_option
 
 trusted_key_option = click.option(
     "--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -60,33 +61,41 @@ def sign(bundle: str, private_key: Path | None, sigstore: bool) -> None:
 
 
 @click.command()
-@click.argument("bundle", type=click.Path(file_okay=False))
+@bundle_argument
 @click.option(
     "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Check the signature against this public key only (repeatable), not the box's trust policy.",
 )  # fmt: skip
 @trusted_key_option
-@json_option
+@schema_json_option("verify")
 def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path, ...], as_json: bool) -> None:
     """Check every file of BUNDLE against its manifest and, with --key or a trust policy, its signature."""
-    from edgekit.ship.trust import Checked, TrustPolicy, check_bundle, verify_trusted
+    from edgekit.errors import EdgekitError, IntegrityError
+    from edgekit.manifest import check_bundle as check_files
+    from edgekit.ship.trust import Checked, TrustPolicy, box_policy, verify_trusted
 
-    if public_keys:
-        source = "--key " + ", ".join(str(k) for k in public_keys)
-        checked: Checked = verify_trusted(Path(bundle), TrustPolicy(public_keys, source))
-    else:
-        checked = check_bundle(Path(bundle), trusted_keys)
-    files = len(checked.manifest["files"])
+    policy = TrustPolicy(public_keys, "--key " + ", ".join(map(str, public_keys))) if public_keys else None
+    policy = policy or box_policy(trusted_keys)
+    files = check_files(Path(bundle))
+    checked: Checked | None = None
+    failure: EdgekitError | None = IntegrityError(Path(bundle), files.problems) if files.problems else None
+    if failure is None and policy is not None:
+        try:
+            checked = verify_trusted(Path(bundle), policy)
+        except EdgekitError as exc:
+            failure = exc
     if as_json:
-        signed = str(checked.signed_by) if checked.signed_by else None
-        click.echo(json.dumps({"bundle": bundle, "ok": True, "files": files, "signed_by": signed}))
-        return
-    how = (
-        f" and its signature by {checked.signed_by}"
-        if checked.signed_by
-        else " (no trust policy: signature not checked)"
-    )
-    console.print(f"[green]ok[/]: {files} files match {Path(bundle) / 'manifest.json'}{how}", highlight=False)
+        signature = None if policy is None or files.problems else {
+            "key": str(checked.signed_by) if checked else policy.source, "ok": failure is None,
+            "problem": failure.message if failure else None}  # fmt: skip
+        emit_json("verify", {"bundle": bundle, "ok": failure is None, "files": files.files,
+                             "problems": files.problems, "signature": signature})  # fmt: skip
+    if failure is not None:
+        raise failure
+    if not as_json:
+        how = f" and its signature by {checked.signed_by}" if checked else " (no trust policy: signature not checked)"
+        console.print(f"[green]ok[/]: {len(files.files)} files match {Path(bundle) / 'manifest.json'}{how}",
+                      highlight=False)  # fmt: skip
 
 
 @click.command()

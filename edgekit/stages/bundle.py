@@ -8,6 +8,7 @@ Layout:
     models/<artifact>    one file (GGUF) or folder (OpenVINO IR, ONNX) per artifact
     tokenizer/           the source tokenizer files and chat template
     report.json/.md/.html  the accuracy sign-off (and benchmark figures)
+    logs/                the build's log and every stage's logs: what other libraries printed (edgekit.stagelog)
     Dockerfile.edge      a runtime image for this bundle
     edgekit.service      a systemd unit serving the box's current release (edgekit.ship.service)
 """
@@ -26,7 +27,7 @@ from typing import Any
 from edgekit import __version__
 from edgekit.cache import CacheEntry
 from edgekit.errors import CorruptCacheEntry
-from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
+from edgekit.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
 from edgekit.hashing import copy_hashed, file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
@@ -182,6 +183,16 @@ def _copy_verified(artifact: Artifact, dst: Path, damaged: list[dict[str, str]])
                             .as_posix(), "recorded_sha256": recorded, "found_sha256": found})  # fmt: skip
         files.append({"path": rel, "size": target.stat().st_size, "sha256": found})
     return files
+
+
+def stage_logs(tmp: Path, logs: dict[str, Path], build_log: str | None) -> None:
+    """logs/build.log (`build_log`: planning and bundling) and logs/<stage>/<file>.log: the log files of every
+    stage entry the bundle was made from (in this build or an earlier one: an entry keeps its maker's logs)."""
+    if build_log is not None:
+        write_bytes_atomic(tmp / "logs" / "build.log", build_log.encode("utf-8"), mode=0o644)
+    for name, entry in logs.items():
+        for path in sorted(entry.glob("*.log")):
+            _copy(path, tmp / "logs" / name / path.name)
 
 
 def _copy(src: Path, dst: Path) -> None:

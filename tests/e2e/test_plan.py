@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 from tiny_project import TINY_RECIPE, make_project
 
 from edgekit.cache import StageCache
+from edgekit.cli.common import load_schema
 from edgekit.pipeline import BuildResult, build
 from edgekit.plan import make_plan
 from edgekit.plan.describe import describe
@@ -28,6 +30,7 @@ def test_plan_of_the_default_recipe_lists_every_task_with_its_key_inputs_and_sta
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
+    jsonschema.validate(plan, load_schema("plan"))
     assert plan["schema"] == "edgekit.plan" and plan["version"] == 1
     tasks = plan["tasks"]
     assert all(set(t) == TASK_KEYS for t in tasks)

@@ -22,7 +22,9 @@ def serve(
     overrides: dict[str, Any] | None = None,
     log_level: str = "info",
     trusted_keys: Sequence[Path] = (),
+    colours: bool | None = None,
 ) -> None:
+    """`colours`: uvicorn's coloured log lines (None: when stderr is a terminal; False for NO_COLOR, pipes, CI)."""
     import uvicorn
 
     # refuses a modified bundle, or one the box's trust policy does not trust
@@ -41,7 +43,14 @@ def serve(
     )
     state = ServeState(info)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(state), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+        uvicorn.Config(
+            create_app(state),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+            use_colors=colours,
+        )
     )
 
     def stop(_exc: BaseException) -> None:
