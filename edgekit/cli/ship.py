@@ -42,7 +42,7 @@ def keygen(out_dir: str, name: str) -> None:
 
 
 @click.command()
-@click.argument("bundle", type=click.Path(file_okay=False))
+@bundle_argument
 @click.option("--key", "private_key", type=click.Path(dir_okay=False, path_type=Path), help="ECDSA private key.")
 @click.option(
     "--sigstore", is_flag=True, help="Sigstore keyless signing instead (network and an OIDC login; untested)."
@@ -76,7 +76,7 @@ def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path,
 
     policy = TrustPolicy(public_keys, "--key " + ", ".join(map(str, public_keys))) if public_keys else None
     policy = policy or box_policy(trusted_keys)
-    files = check_files(Path(bundle))
+    files = check_files(Path(bundle), check_hashes=policy is None)  # under a policy the signature hashes each file
     checked: Checked | None = None
     failure: EdgekitError | None = IntegrityError(Path(bundle), files.problems) if files.problems else None
     if failure is None and policy is not None:
@@ -99,7 +99,7 @@ def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path,
 
 
 @click.command()
-@click.argument("bundle", type=click.Path(file_okay=False, exists=True))
+@bundle_argument
 @click.option(
     "-o",
     "--out",

@@ -112,7 +112,7 @@ def test_keygen_sign_and_verify_the_default_bundle(shipped: Shipped) -> None:
     for name in ("keygen", "sign r0", "sign r1", "verify r0", "verify r1"):
         assert shipped.steps[name].returncode == 0, f"{name}: {shipped.steps[name].stderr}"
     checked = json.loads(shipped.steps["verify r0"].stdout)
-    assert checked["ok"] and checked["signed_by"].endswith("fleet.pub") and checked["files"] > 20
+    assert checked["ok"] and checked["signature"]["key"].endswith("fleet.pub") and len(checked["files"]) > 20
     assert (shipped.dir / "keys" / "fleet.key").stat().st_mode & 0o077 == 0
 
 

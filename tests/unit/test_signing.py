@@ -58,7 +58,7 @@ def test_sign_and_verify_through_the_cli(tmp_path: Path) -> None:
     checked = edgekit("verify", str(bundle), "--key", str(public))
     assert checked.returncode == 0 and "signature" in checked.stdout, checked.stderr
     as_json = json.loads(run_cli("verify", str(bundle), "--key", str(public), "--json").stdout)
-    assert as_json["ok"] and as_json["signed_by"] == str(public) and as_json["files"] == 3
+    assert as_json["ok"] and as_json["signature"]["key"] == str(public) and len(as_json["files"]) == 3
     again = edgekit("keygen", "--out", str(tmp_path / "keys"), "--name", "box")
     assert again.returncode == 2 and "already exists" in again.stderr  # never overwrites a key
     assert "BEGIN PRIVATE KEY" in private.read_text()
