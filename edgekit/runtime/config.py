@@ -71,28 +71,50 @@ def render_runtime_toml(values: dict[str, Any]) -> str:
 def load_runtime_config(
     bundle: Path, overrides: dict[str, Any] | None = None, artifact: str | None = None
 ) -> RuntimeConfig:
-    """[runtime], then the chosen artifact's [artifacts.NAME] table, of runtime.toml then runtime.local.toml;
-    then `overrides`. `artifact`: the artifact to run (default: the one [runtime] names)."""
+    """runtime.toml (signed with the bundle: [runtime], then the chosen artifact's [artifacts.NAME] table), then
+    runtime.local.toml (the box's, checked against the same schema: only a [runtime] table of known keys and valid
+    values), then `overrides` (command-line options). `artifact`: the one to run (default: the one [runtime] names)."""
     values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     for name in (RUNTIME_FILE, LOCAL_FILE):
-        path = bundle / name
-        if not path.is_file():
-            continue
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {name}") from None
+        data = _read_tables(bundle / name)
         values.update(data.get("runtime", {}))
+        origin.update(dict.fromkeys(data.get("runtime", {}), name))
         tables = data.get("artifacts")
         entry = tables.get(artifact or values.get("artifact")) if isinstance(tables, dict) else None
         if isinstance(entry, dict):
-            values.update({k: v for k, v in entry.items() if k in PER_ARTIFACT_KEYS})
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+            chosen = {k: v for k, v in entry.items() if k in PER_ARTIFACT_KEYS}
+            values.update(chosen)
+            origin.update(dict.fromkeys(chosen, name))
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values.update(given)
+    origin.update(dict.fromkeys(given, "the command line"))
     try:
         return RuntimeConfig(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
+        where = origin.get(str(first["loc"][0]) if first["loc"] else "", RUNTIME_FILE)
+        path = bundle / where if where in (RUNTIME_FILE, LOCAL_FILE) else where
         raise RuntimeConfigError(
-            f"{bundle / RUNTIME_FILE}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
+            f"{path}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
         ) from None
+
+
+def _read_tables(path: Path) -> dict[str, Any]:
+    """The tables of `path` ({} when absent); runtime.toml may also hold [artifacts.NAME], the box's file only
+    [runtime]."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {path.name}") from None
+    allowed = {"runtime", "artifacts"} if path.name == RUNTIME_FILE else {"runtime"}
+    extra = sorted(set(data) - allowed)
+    if extra or not isinstance(data.get("runtime", {}), dict):
+        raise RuntimeConfigError(
+            f"{path}: holds {', '.join(f'[{k}]' for k in extra) or 'a runtime key'} besides a [runtime] table",
+            f"{path.name} holds only a [runtime] table; fix or delete it",
+        )
+    return data

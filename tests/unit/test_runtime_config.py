@@ -100,3 +100,17 @@ def test_each_artifact_runs_with_what_the_bench_measured_for_it(tmp_path: Path) 
     assert load_runtime_config(tmp_path, artifact="openvino-INT8").max_concurrent == 2
     with pytest.raises(ValueError):
         render_runtime_toml({**BASE, "artifacts": {"bad": {"max_concurrent": 9}}})
+
+
+def test_the_box_local_file_is_held_to_the_schema_and_named_when_wrong(tmp_path: Path) -> None:
+    """runtime.local.toml is outside the signature: it may only hold known [runtime] keys with valid values."""
+    bundle = write_base(tmp_path)
+    (bundle / LOCAL_FILE).write_text("[runtime]\nn_thread = 2\n")  # a typo: refused, not ignored
+    with pytest.raises(RuntimeConfigError, match=r"runtime\.local\.toml: runtime\.n_thread: Extra inputs"):
+        load_runtime_config(bundle)
+    (bundle / LOCAL_FILE).write_text('[runtime]\nn_threads = 2\n[model]\npath = "/etc/shadow"\n')
+    with pytest.raises(RuntimeConfigError, match=r"runtime\.local\.toml: holds \[model\] besides"):
+        load_runtime_config(bundle)
+    (bundle / LOCAL_FILE).write_text("runtime = 3\n")
+    with pytest.raises(RuntimeConfigError, match=r"only a .runtime. table"):
+        load_runtime_config(bundle)
