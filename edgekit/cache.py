@@ -4,6 +4,10 @@ Each entry lives at `<root>/<stage>/<key>/`, where `key` is the sha256 of the st
 An entry is produced in a temp folder and renamed into place only when complete, under a file
 lock, so a killed build leaves no half-written entry and two builds of the same recipe at once
 produce it once. `entry.json` records the inputs, the result and every file's size and sha256.
+
+A cache shared by the nodes of a cluster (a path every node mounts) is opened with `verify=True`:
+every read then checks each file's recorded sha256, not only its size, and temp folders are named
+after their host, so a node only ever cleans up what its own dead processes left.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,7 +27,7 @@ from typing import Any
 from filelock import FileLock
 
 from edgekit.fsutil import fsync_dir, pid_alive, write_json_atomic
-from edgekit.hashing import file_records
+from edgekit.hashing import file_records, sha256_file
 
 CACHE_FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -52,10 +57,16 @@ class CacheEntry:
         return self.meta.get("files", [])
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname())[:32] or "host"
+
+
 class StageCache:
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, verify: bool = False) -> None:
         self.root = (root or default_cache_root()).expanduser()
+        self.verify = verify  # check every file's sha256 on read (a cache shared between machines)
         self.events: list[tuple[str, str, bool]] = []  # (stage, key, reused) in the order asked
+        self._verified: set[tuple[str, int, int, int]] = set()  # (path, size, mtime_ns, inode) hashed here
 
     def entry_path(self, stage: str, key: str) -> Path:
         return self.root / stage / key
@@ -67,6 +78,8 @@ class StageCache:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
         if not self._sizes_match(path, meta.get("files", [])):
+            return None
+        if self.verify and not self._hashes_match(path, meta.get("files", [])):
             return None
         return CacheEntry(stage, key, path, meta, reused=True)
 
@@ -97,7 +110,8 @@ class StageCache:
     ) -> CacheEntry:
         final = self.entry_path(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key[:16]}.pid{os.getpid()}.", suffix=".partial"))
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key[:16]}@{_host()}.pid{os.getpid()}.",
+                                    suffix=".partial"))  # fmt: skip
         started = time.time()
         try:
             result = produce(tmp) or {}
@@ -134,14 +148,31 @@ class StageCache:
         except (OSError, KeyError, TypeError):
             return False
 
+    def _hashes_match(self, path: Path, files: list[dict[str, Any]]) -> bool:
+        for record in files:
+            file = path / record["path"]
+            try:
+                st = file.stat()
+            except OSError:
+                return False
+            stamp = (str(file), st.st_size, st.st_mtime_ns, st.st_ino)
+            if stamp in self._verified:
+                continue
+            if sha256_file(file) != record.get("sha256"):
+                return False
+            self._verified.add(stamp)
+        return True
+
     def clean_partials(self) -> int:
-        """Remove temp folders left by killed builds (their process is gone). Returns how many."""
+        """Remove temp folders left by killed builds of this host (their process is gone). Returns how many."""
         removed = 0
         if not self.root.exists():
             return 0
         for tmp in self.root.glob("*/.*.partial"):
-            match = re.search(r"\.pid(\d+)\.", tmp.name)
-            if match and pid_alive(int(match.group(1))):
+            match = re.search(r"(?:@([A-Za-z0-9-]+))?\.pid(\d+)\.", tmp.name)
+            if match and match.group(1) not in (None, _host()):
+                continue  # another node's: only that node can tell whether its writer is alive
+            if match and pid_alive(int(match.group(2))):
                 continue
             shutil.rmtree(tmp, ignore_errors=True)
             removed += 1

@@ -81,18 +81,26 @@ def build_plan(
     started: float | None = None,
 ) -> BuildResult:
     started = started or time.time()
-    task = plan.bundle
     cache.clean_partials()
-    tools = Tools(cache, task.threads, plan.llama_cpp_dir)
+    tools = Tools(cache, plan.bundle.threads, plan.llama_cpp_dir)
     executor = executor or LocalExecutor(tools, progress)
     entries = executor.run(plan.tasks)
+    return finish_plan(plan, entries, executor.events, progress, started)
+
+
+def finish_plan(
+    plan: Plan, entries: dict[str, CacheEntry], events: list[TaskEvent], progress: Progress, started: float
+) -> BuildResult:
+    """The bundle of `plan` from its tasks' entries (`events`: what ran, of this plan and maybe others)."""
+    task = plan.bundle
     outcome = judge(task, entries)
     if outcome.excluded and len(outcome.excluded) == len(task.targets):
         raise GateFailure(outcome.excluded, None)
     bundle_started = time.time()
     with progress.task(f"bundle  {task.final}"):
         assemble(task, entries, outcome)
-    events = executor.events
+    keys = {t.key for t in plan.tasks}
+    events = [e for e in events if e.key in keys]
     return BuildResult(
         bundle=Path(task.final),
         verdicts=outcome.verdicts,
@@ -137,8 +145,10 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome)
     kept = [a for a in artifacts if a.name not in outcome.excluded]
     bench = _bench_result(task, entries)
     runtime = bundle.runtime_values(task, kept, outcome.verdicts, bench)
+    benches = {b.box or "": _bench_entry(entries[b.key]) for b in task.box_benches}
     with staging_dir(Path(task.final)) as tmp:
         records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
+        bundle.stage_box_runtimes(tmp, task, kept, outcome.verdicts, benches)
         reference, noise = _reference_summary(task, entries)
         report = build_report(
             task.report,
@@ -149,15 +159,17 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome)
             artifacts=_report_rows(task, records, artifacts, outcome),
             bench=bench,
             versions=task.versions,
+            benches=benches,
         )
         write_reports(tmp, report)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
 
 
 def _bench_result(task: BundleTask, entries: dict[str, CacheEntry]) -> dict[str, Any] | None:
-    if task.bench is None:
-        return None
-    entry = entries[task.bench.key]
+    return _bench_entry(entries[task.bench.key]) if task.bench is not None else None
+
+
+def _bench_entry(entry: CacheEntry) -> dict[str, Any]:
     return {**entry.result, "cache": {"key": entry.key, "reused": entry.reused}}
 
 

@@ -11,7 +11,7 @@ import os
 import click
 
 from edgekit import __version__
-from edgekit.cli import build, bundle, runtime
+from edgekit.cli import agent, build, bundle, runtime
 from edgekit.cli.errors import DEBUG_ENV, run_reporting_errors
 
 
@@ -24,7 +24,7 @@ def cli(debug: bool) -> None:
         os.environ[DEBUG_ENV] = "1"
 
 
-for module in (build, bundle, runtime):
+for module in (build, bundle, runtime, agent):
     for command in module.COMMANDS:
         cli.add_command(command)
 

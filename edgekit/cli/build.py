@@ -12,6 +12,7 @@ import click
 from rich.table import Table
 
 from edgekit.cli.common import cache_option, console, err_console, open_cache, recipe_argument, recipe_path
+from edgekit.cli.verdicts import render_verdicts as _render_verdicts
 
 threads_option = click.option(
     "--threads", type=click.IntRange(1, 1024), help="Threads for each stage (default: physical cores)."
@@ -19,28 +20,46 @@ threads_option = click.option(
 
 
 @click.command()
-@recipe_argument
+@click.argument("recipes", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the bundle under DIR/<name>/.")
 @cache_option
 @threads_option
 @click.option("--reference", "reference_dir", type=click.Path(exists=True, file_okay=False),
               help="Import a reference exported by `edgekit reference --export` first.")  # fmt: skip
+@click.option(
+    "--cluster",
+    envvar="EDGEKIT_CLUSTER",
+    help="Run the tasks on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (needs edgekit[cluster]).",
+)
+@click.option("--boxes", help="Benchmark on these boxes (a,b) instead of the recipe's [[bench.boxes]]; "
+              "`local`: on this machine.")  # fmt: skip
 def build(
-    recipe: str | None, out_dir: str | None, cache_dir: str | None, threads: int | None, reference_dir: str | None
+    recipes: tuple[str, ...],
+    out_dir: str | None,
+    cache_dir: str | None,
+    threads: int | None,
+    reference_dir: str | None,
+    cluster: str | None,
+    boxes: str | None,
 ) -> None:
-    """Build the bundle described by RECIPE (default: the embedded SmolLM2-135M recipe)."""
+    """Build the bundle of each RECIPE (default: the embedded SmolLM2-135M recipe); tasks they share run once."""
     from edgekit.errors import GateFailure
     from edgekit.pipeline import build as run_build
     from edgekit.progress import RichProgressReporter
     from edgekit.recipe import load_recipe
 
-    loaded = load_recipe(recipe_path(recipe))
+    command = "edgekit build " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    if len(recipes) > 1 or cluster or boxes is not None:
+        from edgekit.cli.matrix import build_many
+
+        return build_many(recipes, out_dir=out_dir, cache_dir=cache_dir, threads=threads, reference_dir=reference_dir,
+                          cluster=cluster, boxes=boxes, command=command.strip())  # fmt: skip
+    loaded = load_recipe(recipe_path(recipes[0] if recipes else None))
     cache = open_cache(cache_dir)
     if reference_dir:
         from edgekit.stages.reference import import_reference
 
         import_reference(Path(reference_dir), cache)
-    command = "edgekit build " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     with RichProgressReporter(err_console) as progress:
         result = run_build(
             loaded,
@@ -57,19 +76,6 @@ def build(
     console.print(f"bundle: [bold]{result.bundle}[/]  ({result.seconds:.1f} s); the reasons: report.md, report.html")
     if result.failed_required:
         raise GateFailure(result.failed_required, result.bundle)
-
-
-def _render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: set[str]) -> None:
-    if not verdicts:
-        return
-    table = Table("artifact", "verdict", title="accuracy sign-off")
-    colours = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
-    for name, verdict in verdicts.items():
-        note = " (left out of the bundle)" if name in excluded else ""
-        if name in optional and verdict != "pass":
-            note += " (required = false: does not fail the build)"
-        table.add_row(name, f"[{colours.get(verdict, 'white')}]{verdict}[/]{note}")
-    console.print(table)
 
 
 @click.command()

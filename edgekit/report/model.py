@@ -204,6 +204,7 @@ def build_report(
     artifacts: list[dict[str, Any]],
     bench: dict[str, Any] | None,
     versions: dict[str, Any],
+    benches: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.name: t for t in targets}
     rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
@@ -219,4 +220,5 @@ def build_report(
         "artifacts": rows,
         "findings": order_findings(rows),
         "bench": bench,
+        "benches": benches or {},  # box → its bench (same layout as "bench"), from [[bench.boxes]]
     }

@@ -242,12 +242,16 @@ def _bench_view(bench: Any) -> dict[str, Any] | None:
     return {"artifacts": artifacts, "scalars": scalar_rows, "series": series_rows, "other": other}
 
 
+def _anchor(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name)
+
+
 def _artifact_view(a: dict[str, Any]) -> dict[str, Any]:
     metrics = a.get("metrics") or {}
     types = a.get("tensor_types") or {}
     return {
         "name": a["name"],
-        "anchor": "artifact-" + "".join(c if c.isalnum() else "-" for c in a["name"]),
+        "anchor": "artifact-" + _anchor(a["name"]),
         "backend": a.get("backend", ""),
         "scheme": a.get("scheme", ""),
         "verdict": a.get("verdict", "not validated"),
@@ -352,6 +356,10 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "required_failed": required_failed,
         "outcome": "FAILED" if required_failed else "OK",
         "bench": _bench_view(report.get("bench")),
+        "box_benches": [
+            {"box": box, "anchor": _anchor(box), "bench": _bench_view(bench)}
+            for box, bench in sorted((report.get("benches") or {}).items())
+        ],
         "gate_labels": GATE_LABELS,
         "fmt": fmt,
     }
