@@ -41,10 +41,11 @@ def agent(box: str, address: str, num_cpus: int | None, object_store_memory: int
     this machine (CPU model, cores, NUMA nodes, arch, memory, measured bandwidth)."""
     from edgekit.errors import ClusterError, UsageError
     from edgekit.recipe_problems import NAME_PATTERN
-    from edgekit.runtime.box import agent_command, box_labels
+    from edgekit.runtime.box import agent_command, box_labels, ray_executable
 
     if not re.fullmatch(NAME_PATTERN, box) or box == "local":
         raise UsageError(f"box name {box!r} is not usable", "use letters, digits, '.', '_' or '-' (not 'local')")
+    ray = ray_executable()
     labels = box_labels(bandwidth_mib)
     table = Table("label", "value", title=f"box {box}")
     for key, value in labels.items():
@@ -54,7 +55,7 @@ def agent(box: str, address: str, num_cpus: int | None, object_store_memory: int
     for flag, value in (("--num-cpus", num_cpus), ("--object-store-memory", object_store_memory),
                         ("--node-ip-address", node_ip_address)):  # fmt: skip
         extra += [flag, str(value)] if value is not None else []
-    command = agent_command(box, address, labels, block=block, extra=tuple(extra))
+    command = agent_command(box, address, labels, block=block, extra=tuple(extra), ray=ray)
     console.print(f"joining {address} as box:{box}" + (" (Ctrl-C to leave)" if block else ""))
     try:
         done = subprocess.run(command, capture_output=not block, text=True)

@@ -47,7 +47,7 @@ class RayCluster:
     def __init__(self, address: str, progress: Progress | None = None) -> None:
         ray = _ray()
         try:
-            context = ray.init(address=address, logging_level="WARNING", log_to_driver=True,
+            context = ray.init(address=address, logging_level="WARNING", log_to_driver=False,
                                configure_logging=False)  # fmt: skip
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(f"cannot connect to the Ray cluster at {address}: {exc}",
@@ -179,32 +179,34 @@ class RayExecutor:
             return entries
         events = _events_actor()
         remote = ray.remote(_run_on_worker)
-        refs: dict[str, Any] = {}
+        refs: dict[str, Any] = {}  # key → (entry ref, seconds ref)
         for task in todo:
             closure = dependency_order(list(task.deps()))  # what a stage may read: its whole upstream
-            upstream = [refs[t.key] if t.key in refs else entries[t.key] for t in closure if t.cached]
-            refs[task.key] = remote.options(**self.options(task)).remote(task, self.tools, events, *upstream)
+            upstream = [refs[t.key][0] if t.key in refs else entries[t.key] for t in closure if t.cached]
+            options = {**self.options(task), "num_returns": 2}
+            refs[task.key] = remote.options(**options).remote(task, self.tools, events, *upstream)
         with _MatrixProgress(self.progress, len(ordered), len(ordered) - len(todo)) as shown:
-            self._wait(ray, {refs[t.key]: t for t in todo}, events, entries, shown)
+            self._wait(ray, {refs[t.key][0]: t for t in todo}, {t.key: refs[t.key][1] for t in todo}, events, entries,
+                       shown)  # fmt: skip
         self.tools.cache.clean_partials()  # a killed attempt's temp folder (its process is gone)
         return entries
 
-    def _wait(self, ray: Any, pending: dict[Any, Task], events: Any, entries: dict[str, CacheEntry],
-              shown: _MatrixProgress) -> None:  # fmt: skip
+    def _wait(self, ray: Any, pending: dict[Any, Task], seconds: dict[str, Any], events: Any,
+              entries: dict[str, CacheEntry], shown: _MatrixProgress) -> None:  # fmt: skip
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
             self._show(ray.get(events.drain.remote()), {t.key: t for t in pending.values()}, shown)
             for ref in ready:
                 task = pending.pop(ref)
                 try:
-                    entry, seconds = ray.get(ref)
+                    entry, took = ray.get([ref, seconds[task.key]])
                 except ray.exceptions.RayTaskError as exc:
                     raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
                 except ray.exceptions.RayError as exc:  # the worker or its node died, every attempt
                     what = f"failed on the cluster after {MAX_RETRIES} retries: {type(exc).__name__}"
                     raise StageError(task.label, what, "see the Ray dashboard or `ray logs`") from None
                 entries[task.key] = entry
-                self.events.append(TaskEvent(task.stage, task.key, task.label, entry.reused, seconds))
+                self.events.append(TaskEvent(task.stage, task.key, task.label, entry.reused, took))
                 shown.done(task.key)
 
     def _show(self, drained: list[tuple[str, str, str]], by_key: dict[str, Task], shown: _MatrixProgress) -> None:

@@ -53,19 +53,23 @@ def ray_executable() -> str:
     """The `ray` command of this Python environment (installed with `edgekit[cluster]`)."""
     beside = Path(sys.executable).parent / "ray"
     found = str(beside) if beside.is_file() else shutil.which("ray")
+    try:
+        import ray  # noqa: F401  (the command without its package cannot start a node)
+    except ImportError:
+        found = None
     if not found:
         raise ClusterError("`edgekit agent` needs Ray, which is not installed", "pip install 'edgekit[cluster]'")
     return found
 
 
 def agent_command(box: str, address: str, labels: dict[str, str], *, block: bool = True,
-                  extra: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+                  extra: tuple[str, ...] = (), ray: str = "ray") -> list[str]:  # fmt: skip
     """`ray start` joining the cluster at `address` as a node offering `box:NAME` with these labels."""
     if address.startswith("ray://"):
         raise UsageError(f"{address} is a Ray Client address; a box joins through the head's own address",
                          "pass --address HOST:6379 (what `ray start --head` printed)")  # fmt: skip
     return [
-        ray_executable(), "start", "--address", address,
+        ray, "start", "--address", address,
         "--resources", json.dumps({f"{BOX_RESOURCE}{box}": 1}),
         "--labels", ",".join(f"{LABEL_PREFIX}{k}={v}" for k, v in labels.items()),
         "--disable-usage-stats", *(["--block"] if block else []), *extra,
