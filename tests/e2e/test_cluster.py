@@ -189,7 +189,7 @@ def test_a_killed_worker_is_retried_and_leaves_nothing_partial(cluster: Cluster,
         tiny_model,
         recipe("tiny-kill", body, "\n[validation]\nenabled = false\n\n[bench]\nenabled = false\n"),
     )
-    proc = edgekit_build(cluster, project, "--cluster", cluster.address)
+    proc = edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address)
     killed = _kill_when_running(proc, "ray::quantize gguf-Q5_K_M")
     code, log = finished(proc)
     assert code == 0, log[-3000:]
@@ -200,8 +200,9 @@ def test_a_killed_worker_is_retried_and_leaves_nothing_partial(cluster: Cluster,
     verify_bundle(project / "dist" / "tiny-kill")
 
     local_cache = tmp_path / "local-cache"
-    shutil.copytree(cluster.cache / "fetch", local_cache / "fetch")  # the quantization itself runs again here
-    local = subprocess.run([sys.executable, "-m", "edgekit", "build", "--out", "local", "--cache-dir",
+    for stage in ("fetch", "convert"):  # the quantization itself runs again, here
+        shutil.copytree(cluster.cache / stage, local_cache / stage)
+    local = subprocess.run([sys.executable, "-m", "edgekit", "build", "recipe.toml", "--out", "local", "--cache-dir",
                             str(local_cache)], cwd=project, env=cluster.env, capture_output=True, text=True,
                            timeout=600)  # fmt: skip
     assert local.returncode == 0, local.stderr[-3000:]
@@ -214,7 +215,7 @@ def test_a_box_the_cluster_lacks_fails_at_planning_time(cluster: Cluster, tiny_m
     rest = VALIDATION + BENCH + '\n[[bench.boxes]]\nname = "missing"\n'
     project = make_project(tmp_path / "p", tiny_model, recipe("tiny-missing", rest=rest))
     started = time.monotonic()
-    code, log = finished(edgekit_build(cluster, project, "--cluster", cluster.address), timeout=120)
+    code, log = finished(edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address), timeout=120)
     assert code == 2, log
     assert "missing" in log and "boxes offered: gateway-a, gateway-b" in log
     assert time.monotonic() - started < 60 and "started on" not in log  # before any task, not after a timeout
