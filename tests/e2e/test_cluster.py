@@ -170,11 +170,13 @@ def test_two_recipes_on_two_boxes_share_tasks_and_equal_a_local_build(
 
 
 def _kill_when_running(proc: subprocess.Popen[str], title: str, timeout: float = 300) -> int:
-    """SIGKILL the Ray worker whose process title is `title` as soon as it appears; returns its pid."""
+    """SIGKILL the Ray worker whose process title is `title` once it has run it for a second; returns its pid."""
     deadline = time.monotonic() + timeout
+    seen: dict[int, float] = {}
     while time.monotonic() < deadline and proc.poll() is None:
         for p in psutil.process_iter(["cmdline"]):
-            if " ".join(p.info["cmdline"] or []).startswith(title):
+            running = " ".join(p.info["cmdline"] or []).startswith(title)
+            if running and time.monotonic() - seen.setdefault(p.pid, time.monotonic()) > 1.0:
                 p.send_signal(signal.SIGKILL)
                 return p.pid
         time.sleep(0.05)

@@ -66,7 +66,7 @@ def _node(cpus: float, memory: float, **extra: float) -> dict[str, Any]:
 def test_ray_options_come_from_the_declared_resources_within_the_largest_node(tmp_path: Path) -> None:
     tools = Tools(StageCache(tmp_path), threads=8)
     nodes = [_node(1, 2**30, **{"box:gw-a": 1}), _node(2, 4 * 2**30, **{"box:gw-b": 1})]
-    executor = RayExecutor(tools, SilentProgress(), nodes)
+    executor = RayExecutor(tools, SilentProgress(), lambda: nodes)
     bench = BenchTask(artifacts=(), settings={}, machine="f", versions={}, box="gw-b")
     assert executor.options(bench)["resources"] == {"box:gw-b": 1} and executor.options(bench)["num_cpus"] == 2
     local_bench = BenchTask(artifacts=(), settings={}, machine="f", versions={})
@@ -74,7 +74,7 @@ def test_ray_options_come_from_the_declared_resources_within_the_largest_node(tm
     assert executor.options(bench)["max_retries"] >= 1 and executor.options(bench)["retry_exceptions"] is False
     with pytest.raises(ClusterError, match="GPU"):
         executor.options(_Reference())
-    with_gpu = RayExecutor(tools, SilentProgress(), [*nodes, _node(4, 2**30, GPU=1)])
+    with_gpu = RayExecutor(tools, SilentProgress(), lambda: [*nodes, _node(4, 2**30, GPU=1)])
     assert with_gpu.options(_Reference())["num_gpus"] == 1
 
 
