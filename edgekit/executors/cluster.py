@@ -42,6 +42,18 @@ def _ray() -> Any:
     return ray
 
 
+def _reachable(address: str) -> None:
+    """Fail at once on an address nobody listens at (Ray itself keeps retrying for minutes)."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {exc}",
+                           "start one with `ray start --head`, or check --cluster (HOST:PORT)") from None  # fmt: skip
+
+
 class RayCluster:
     """A Ray cluster: the boxes it offers, and executors that run tasks on it (connected when first needed,
     so a build whose every task is cached never waits for Ray)."""
@@ -55,6 +67,7 @@ class RayCluster:
     def connect(self) -> None:
         if self._connected:
             return
+        _reachable(self.address)
         try:
             context = _ray().init(address=self.address, logging_level="WARNING", log_to_driver=False,
                                   configure_logging=False)  # fmt: skip

@@ -4,7 +4,11 @@ runs in tests/e2e/test_cluster.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +148,12 @@ def test_fleet_report_is_artifact_by_box(tmp_path: Path) -> None:
     assert json.loads(json_path.read_text()) == fleet
     assert "| a | q8 | gw-b | pass | 1.0 MiB | 50 | 12 | 300 |" in md_path.read_text()
     assert "<td>gw-a</td>" in html_path.read_text() and "engine missing" in html_path.read_text()
+
+
+def test_an_address_nobody_listens_at_fails_at_once(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "edgekit", "build", "--cluster", "127.0.0.1:1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 3 and time.monotonic() - started < 60
+    has_ray = importlib.util.find_spec("ray") is not None
+    assert ("cannot reach the Ray cluster at 127.0.0.1:1" if has_ray else "needs Ray") in done.stderr
