@@ -157,3 +157,16 @@ def test_an_address_nobody_listens_at_fails_at_once(tmp_path: Path) -> None:
     assert done.returncode == 3 and time.monotonic() - started < 60
     has_ray = importlib.util.find_spec("ray") is not None
     assert ("cannot reach the Ray cluster at 127.0.0.1:1" if has_ray else "needs Ray") in done.stderr
+
+
+def test_the_report_has_one_benchmark_table_per_box() -> None:
+    from test_report import sample_report
+
+    from edgekit.report.render import render
+
+    figures = {"gguf-Q4_K_M": {"decode_tok_s": 41.5, "ttft_ms": 80.0}}
+    report = {**sample_report(), "benches": {"gw-b": {"artifacts": figures}, "gw-a": {"artifacts": figures}}}
+    md, html = render(report)
+    assert md.index("## Benchmark on box gw-a") < md.index("## Benchmark on box gw-b")
+    assert "| decode, one sequence (tok/s) | 41.5 |" in md and "## Benchmark\n" not in md
+    assert '<h2 id="bench-gw-b">Benchmark on box gw-b</h2>' in html
