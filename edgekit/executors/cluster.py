@@ -97,7 +97,13 @@ class RayCluster:
         return found
 
     def executor(self, tools: Tools, progress: Progress) -> RayExecutor:
-        return RayExecutor(tools, progress, self.nodes)
+        return RayExecutor(tools, progress, self.nodes, here=self.here)
+
+    def here(self) -> Any:
+        """A placement on the node this build runs on (a Ray Client build: the head)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(_ray().get_runtime_context().get_node_id(), soft=False)
 
     def close(self) -> None:
         if self._connected:
@@ -159,8 +165,15 @@ def _run_on_worker(task: Task, tools: Tools, events: Any, *upstream: CacheEntry)
 class RayExecutor:
     """Runs a DAG on a Ray cluster; `events` and `attempts` say what ran, what was reused, what was retried."""
 
-    def __init__(self, tools: Tools, progress: Progress, nodes: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+    def __init__(
+        self,
+        tools: Tools,
+        progress: Progress,
+        nodes: Callable[[], Sequence[Mapping[str, Any]]],
+        here: Callable[[], Any] | None = None,
+    ) -> None:
         self.tools, self.progress = tools, progress
+        self._here = here  # where a bench of the build machine runs (its key holds this machine's fingerprint)
         self.events: list[TaskEvent] = []
         self.attempts: dict[str, list[str]] = {}  # key → where each attempt started
         self._nodes = nodes  # asked only when a task has to run
@@ -185,6 +198,8 @@ class RayExecutor:
             options.update(num_cpus=self._box_cpus.get(resource, 1), resources={resource: 1})
             return options
         options["num_cpus"] = max(0.5, min(float(need.cpus), self._largest["CPU"] or 1.0))
+        if task.stage == "bench" and self._here is not None:
+            options["scheduling_strategy"] = self._here()
         if need.memory_mib and self._largest["memory"]:
             options["memory"] = min(need.memory_mib * 2**20, int(self._largest["memory"]))
         if need.gpus:

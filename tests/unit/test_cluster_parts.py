@@ -75,6 +75,9 @@ def test_ray_options_come_from_the_declared_resources_within_the_largest_node(tm
     assert executor.options(bench)["resources"] == {"box:gw-b": 1} and executor.options(bench)["num_cpus"] == 2
     local_bench = BenchTask(artifacts=(), settings={}, machine="f", versions={})
     assert executor.options(local_bench)["num_cpus"] == 2 and "resources" not in executor.options(local_bench)
+    pinned = RayExecutor(tools, SilentProgress(), lambda: nodes, here=lambda: "the build machine's node")
+    assert pinned.options(local_bench)["scheduling_strategy"] == "the build machine's node"  # its key: this machine
+    assert "scheduling_strategy" not in pinned.options(bench)
     assert executor.options(bench)["max_retries"] >= 1 and executor.options(bench)["retry_exceptions"] is False
     with pytest.raises(ClusterError, match="GPU"):
         executor.options(_Reference())
