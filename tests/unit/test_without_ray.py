@@ -37,7 +37,9 @@ def test_every_module_and_the_cluster_unit_tests_work_without_ray() -> None:
             if not module.name.endswith("__main__"):
                 importlib.import_module(module.name)
         assert "ray" not in sys.modules
-        sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/unit/test_cluster_parts.py"]))
+        # (its test of a CLI subprocess is left out: a child process would import the real Ray)
+        sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/unit/test_cluster_parts.py",
+                              "-k", "not nobody_listens"]))
         """
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
