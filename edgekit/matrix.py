@@ -38,6 +38,7 @@ class MatrixResult:
     results: list[BuildResult]
     events: list[TaskEvent]  # every task of every recipe, each key once
     seconds: float
+    tasks_seconds: float = 0.0  # of `seconds`: running the tasks (the rest: assembling bundles and reports)
     fleet_report: list[Path] = field(default_factory=list)  # fleet-report.json, .md, .html (several recipes)
     failures: dict[str, GateFailure] = field(default_factory=dict)  # bundle → every artifact excluded
 
@@ -88,13 +89,14 @@ def build_matrix(
     tools = Tools(cache, plans[0].bundle.threads, plans[0].llama_cpp_dir)
     executor = cluster.executor(tools, progress) if cluster is not None else LocalExecutor(tools, progress)
     entries = executor.run([t for plan in plans for t in plan.tasks])
+    tasks_seconds = time.time() - started
     results, failures = [], {}
     for plan in plans:
         try:
             results.append(finish_plan(plan, entries, executor.events, progress, started))
         except GateFailure as failure:  # every artifact of this bundle excluded: the others still get theirs
             failures[plan.bundle.final] = failure
-    matrix = MatrixResult(results, list(executor.events), time.time() - started, failures=failures)
+    matrix = MatrixResult(results, list(executor.events), time.time() - started, tasks_seconds, failures=failures)
     if len(plans) > 1 and results:
         matrix.fleet_report = write_fleet_report(results)
     return matrix

@@ -71,6 +71,7 @@ def _render(result: Any, loaded: list[Any]) -> None:
         console.print(f"bundle: [bold]{built.bundle}[/]; the reasons: report.md, report.html")
     ran = sum(not e.reused for e in result.events)
     console.print(f"{len(result.events)} tasks for {len(result.results)} bundle(s): {ran} ran, "
-                  f"{len(result.events) - ran} reused ({result.seconds:.1f} s)")  # fmt: skip
+                  f"{len(result.events) - ran} reused ({result.seconds:.1f} s: tasks {result.tasks_seconds:.1f} s, "
+                  f"bundles {result.seconds - result.tasks_seconds:.1f} s)")  # fmt: skip
     if result.fleet_report:
         console.print(f"fleet report: {', '.join(str(p) for p in result.fleet_report)}")
