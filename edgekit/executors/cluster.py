@@ -113,7 +113,7 @@ class RayCluster:
 def _events_actor() -> Any:
     ray = _ray()
 
-    @ray.remote(num_cpus=0, max_restarts=-1)
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
     class Events:
         """Where workers say that a task started (and what its stage logs), for the driver's progress lines."""
 
@@ -128,6 +128,14 @@ def _events_actor() -> Any:
             return out
 
     return Events.remote()
+
+
+def _drain(ray: Any, events: Any) -> list[tuple[str, str, str]]:
+    """What workers said since the last call; nothing when the events actor is gone (e.g. killed for memory)."""
+    try:
+        return ray.get(events.drain.remote(), timeout=30)
+    except ray.exceptions.RayError:
+        return []
 
 
 class _ForwardedTask:
@@ -156,7 +164,8 @@ def _run_on_worker(task: Task, tools: Tools, events: Any, *upstream: CacheEntry)
     """In a Ray worker: say where this attempt runs, then run the task against the shared cache."""
     ray = _ray()
     where = f"{socket.gethostname()} ({ray.util.get_node_ip_address()}) pid {os.getpid()}"
-    ray.get(events.add.remote("started", task.key, where))  # delivered before any work: a retry is always seen
+    with contextlib.suppress(ray.exceptions.RayError):  # progress only: never a reason to fail the task
+        ray.get(events.add.remote("started", task.key, where))  # delivered before any work: a retry is seen
     started = time.perf_counter()
     entry = execute(task, {e.key: e for e in upstream}, tools, _ForwardingProgress(events, task.key))
     return entry, time.perf_counter() - started
@@ -241,7 +250,7 @@ class RayExecutor:
               entries: dict[str, CacheEntry], shown: _MatrixProgress) -> None:  # fmt: skip
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
-            self._show(ray.get(events.drain.remote()), {t.key: t for t in pending.values()}, shown)
+            self._show(_drain(ray, events), {t.key: t for t in pending.values()}, shown)
             for ref in ready:
                 task = pending.pop(ref)
                 try:
