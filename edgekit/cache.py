@@ -195,9 +195,10 @@ class StageCache:
         if not self.root.exists():
             return 0
         for tmp in self.root.glob("*/.*.partial"):
-            match = re.match(r"\.([0-9a-f]{16,64})(?:@([A-Za-z0-9-]+))?\.", tmp.name)
-            if match and match.group(2) not in (None, _host()):
+            host = re.search(r"@([A-Za-z0-9-]+)\.pid", tmp.name)
+            if host and host.group(1) != _host():
                 continue  # another node's: only that node can tell whether its writer is alive
+            match = re.match(r"\.([0-9a-f]{16,64})[@.]", tmp.name)
             candidates = (
                 sorted((self.root / ".locks").glob(f"{tmp.parent.name}-{match.group(1)}*.lock")) if match else []
             )
