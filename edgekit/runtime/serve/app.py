@@ -77,7 +77,10 @@ class ServeState:
     def _load(self) -> None:
         try:
             loaded = load(self.info, warm_up=True)
-            scheduler = Scheduler(loaded.engine, max_queue=loaded.config.max_queue, metrics=self.metrics)
+            config = loaded.config
+            scheduler = Scheduler(
+                loaded.engine, max_queue=config.max_queue, metrics=self.metrics, prefill_chunk=config.prefill_chunk
+            )
             scheduler.start()
             self.loaded, self.scheduler = loaded, scheduler
             self.metrics.ready.set(1)

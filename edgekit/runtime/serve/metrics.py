@@ -107,6 +107,16 @@ class ServeMetrics:
         self.prompt_tokens = Counter("edgekit_prompt_tokens_total", "Prompt tokens processed.")
         self.completion_tokens = Counter("edgekit_completion_tokens_total", "Tokens generated.")
         self.decode_steps = Counter("edgekit_decode_steps_total", "Batched decode steps (one per token per step).")
+        self.prefix_hits = Counter(
+            "edgekit_prefix_cache_hits_total",
+            "Prompts that reused the KV state of a cached prefix, by source (slot: what the slot held; store: "
+            "copied from the prefixes kept in host memory).",
+        )
+        self.prefix_misses = Counter("edgekit_prefix_cache_misses_total", "Prompts prefilled from the start.")
+        self.prefix_reused = Counter(
+            "edgekit_prefix_cache_reused_tokens_total", "Prompt tokens not prefilled again (their KV state was cached)."
+        )
+        self.prefix_entries = Gauge("edgekit_prefix_cache_entries", "Prefixes kept in host memory beyond the slots.")
         self.queue_depth = Gauge("edgekit_queue_depth", "Requests waiting for a sequence slot.")
         self.active = Gauge("edgekit_active_sequences", "Sequences being generated now.")
         self.slots = Gauge("edgekit_max_sequences", "Sequence slots (runtime max_concurrent).")
