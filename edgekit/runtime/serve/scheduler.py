@@ -194,7 +194,7 @@ class Scheduler:
         self.metrics.prompt_tokens.inc(len(request.prompt_ids))
         self.metrics.prefix_reused.inc(reuse.tokens)
         if reuse.tokens:
-            self.metrics.prefix_hits.inc(source=reuse.source)
+            self.metrics.prefix_hits.labels(source=reuse.source).inc()
         else:
             self.metrics.prefix_misses.inc()
         self.metrics.prefix_entries.set(getattr(self.engine, "prefix_entries", 0))
