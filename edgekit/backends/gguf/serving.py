@@ -25,7 +25,7 @@ import numpy as np
 
 from edgekit.errors import EngineError
 from edgekit.runtime.engines.base import Sampling, checked_prompt
-from edgekit.runtime.engines.prefix import PrefixCache, Reuse
+from edgekit.runtime.engines.prefix import PrefixCache, PrefixSlots, Reuse
 from edgekit.runtime.engines.sampling import new_rng, sample
 
 PREFIX_CACHE = 8  # prefixes kept in host memory beyond the slots (runtime.toml `prefix_cache`)
@@ -64,7 +64,7 @@ class _KVCells:
             raise EngineError(f"llama.cpp could not restore a KV state into sequence {seq}", "lower prefix_cache")
 
 
-class ServingMixin:
+class ServingMixin(PrefixSlots):
     """`pick_slot`, `admit` and `advance` (the ServingEngine protocol) for `GGUFEngine`."""
 
     _llama: Any
@@ -79,14 +79,6 @@ class ServingMixin:
     def _init_serving(self, prefix_cache: int) -> None:
         self._prefix = PrefixCache(self.max_sequences, prefix_cache, _KVCells(self))
         self._prefills: dict[int, _Prefill] = {}
-
-    @property
-    def prefix_entries(self) -> int:
-        """Prefixes kept in host memory now (beyond what the slots hold)."""
-        return self._prefix.entries
-
-    def pick_slot(self, free: Sequence[int], prompt_ids: Sequence[int]) -> int:
-        return self._prefix.choose(free, prompt_ids)
 
     def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         busy = self._seqs.keys() | self._prefills.keys()

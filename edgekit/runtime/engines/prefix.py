@@ -131,3 +131,17 @@ class PrefixCache:
         while len(self._store) >= self.capacity:
             self._store.remove(min(self._store, key=lambda s: s.used))
         self._store.append(_Stored(tokens, self._ops.snapshot(seq), next(self._clock)))
+
+
+class PrefixSlots:
+    """What the engines' serving mixins share: a `PrefixCache` over their sequence slots, and slot choice."""
+
+    _prefix: PrefixCache
+
+    @property
+    def prefix_entries(self) -> int:
+        """Prefixes kept in host memory now (beyond what the slots hold)."""
+        return self._prefix.entries
+
+    def pick_slot(self, free: Sequence[int], prompt_ids: Sequence[int]) -> int:
+        return self._prefix.choose(free, prompt_ids)

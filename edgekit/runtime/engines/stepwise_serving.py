@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.runtime.engines.base import Sampling, checked_prompt
-from edgekit.runtime.engines.prefix import PrefixCache, Reuse
+from edgekit.runtime.engines.prefix import PrefixCache, PrefixSlots, Reuse
 from edgekit.runtime.engines.sampling import new_rng, sample
 
 
@@ -50,7 +50,7 @@ class _SlotOps:
         self._engine._restore(self._engine._bound[seq], state)
 
 
-class StepwiseServing:
+class StepwiseServing(PrefixSlots):
     """`pick_slot`, `admit` and `advance` (the ServingEngine protocol) for `StepwiseEngine`."""
 
     _seqs: dict[int, Any]
@@ -65,13 +65,6 @@ class StepwiseServing:
         self._prefix = PrefixCache(self.max_sequences, prefix_cache if self.prefix_reuse else 0, _SlotOps(self))
         self._prefills: dict[int, _Prefill] = {}
         self._bound: dict[int, Any] = {}  # sequence id -> the slot that holds its tokens
-
-    @property
-    def prefix_entries(self) -> int:
-        return self._prefix.entries
-
-    def pick_slot(self, free: Sequence[int], prompt_ids: Sequence[int]) -> int:
-        return self._prefix.choose(free, prompt_ids)
 
     def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs.keys() | self._prefills.keys(), self.n_ctx)
