@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.backends.base import BuildEnv
-from edgekit.evaldata import EvalPlan, load_text
+from edgekit.evaldata import CalibrationSet, EvalPlan, load_text
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
+from edgekit.plan.calibration import calibration_sets
 from edgekit.plan.evaluation import eval_plan
+from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
 from edgekit.plan.tasks import (
     STAGE_ORDER,
@@ -27,11 +29,14 @@ from edgekit.plan.tasks import (
     Bootstrap,
     BundleTask,
     ConvertTask,
+    Decide,
+    EngineSettings,
     Exclusion,
     FetchTask,
     QuantizeTask,
     ReferenceTask,
     ReportTask,
+    SmokeTask,
     TargetPlan,
     Task,
     ValidateTask,
@@ -103,10 +108,11 @@ def make_plan(
         check_gguf_tokenizer(fetch, load_text(recipe.spec.validation.text, recipe.base_dir), cache_root)
     cfg = recipe.spec.validation
     evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root) if cfg.enabled else None
-    reference = _reference(recipe, fetch, evaluation) if evaluation is not None else None
+    reference = reference_task(cfg, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    targets = tuple(_target(recipe, t, converts[t.backend], reference) for t in kept)
+    calibration = calibration_sets(recipe, kept, fetch, cache_root, evaluation)
+    targets = tuple(_target(recipe, t, converts[t.backend], reference, threads, calibration.get(t.name)) for t in kept)
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -118,8 +124,9 @@ def make_plan(
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
-        report=_report(recipe, Path(final).name if final else recipe.name, command),
+        report=_report(recipe, Path(final).name if final else recipe.name, command, evaluation),
         skipped=skipped,
+        release=recipe.spec.bundle.release,
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
@@ -135,30 +142,26 @@ def _convert(fetch: FetchTask, backend: str, versions: dict[str, Any], provenanc
     return ConvertTask(fetch, backend, versions, provenance, direct=direct)
 
 
-def _reference(recipe: Recipe, fetch: FetchTask, evaluation: EvalPlan) -> ReferenceTask:
-    cfg = recipe.spec.validation
-    return ReferenceTask(
-        checkpoint=fetch,
-        eval=evaluation,
-        device=cfg.reference_device,
-        dtype=cfg.reference_dtype,
-        noise_floor_dtype=cfg.noise_floor_dtype,
-        top_k=cfg.top_k,
-        tail_samples=cfg.tail_samples,
-        seed=cfg.seed,
-    )
-
-
 def _bootstrap(recipe: Recipe) -> Bootstrap:
     cfg = recipe.spec.validation
     return Bootstrap(cfg.bootstrap_resamples, cfg.bootstrap_block_tokens, cfg.seed)
 
 
-def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: ReferenceTask | None) -> TargetPlan:
+def _engine_settings(recipe: Recipe, threads: int) -> EngineSettings:
+    """What runtime.toml will hold before the bench tunes the threads: validation runs the engine that way."""
+    runtime = recipe.spec.bundle.runtime
+    return EngineSettings(n_ctx=runtime.n_ctx, n_batch=runtime.n_batch, n_threads=threads)
+
+
+def _target(
+    recipe: Recipe,
+    target: Target,
+    convert: ConvertTask,
+    reference: ReferenceTask | None,
+    threads: int,
+    calibration: CalibrationSet | None,
+) -> TargetPlan:
     backend = build_backend(target.backend)
-    calibration = None
-    if backend.needs_calibration(target.scheme, target.options):
-        calibration = load_text(recipe.spec.validation.text, recipe.base_dir)
     quantize = QuantizeTask(
         converted=convert,
         backend=target.backend,
@@ -168,18 +171,33 @@ def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: Ref
         calibration=calibration,
         name=target.name,
     )
-    validate = ValidateTask(quantize, reference, _bootstrap(recipe)) if reference is not None else None
+    gates = backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates)
+    validate = None
+    if reference is not None:
+        cfg = recipe.spec.validation
+        decide = Decide(gates, cfg.looks) if cfg.decide else None
+        validate = ValidateTask(quantize, reference, _bootstrap(recipe), _engine_settings(recipe, threads), decide)
     return TargetPlan(
         name=target.name,
         backend=target.backend,
         scheme=target.scheme,
         required=target.required,
         note=target.note,
-        gates=backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates),
+        gates=gates,
         gate_sources=_gate_sources(recipe, target),
         quantize=quantize,
         validate=validate,
+        smoke=_smoke(recipe, quantize),
     )
+
+
+def _smoke(recipe: Recipe, quantize: QuantizeTask) -> SmokeTask:
+    from edgekit.runtime import smoke
+
+    runtime = recipe.spec.bundle.runtime
+    settings = {"n_ctx": runtime.n_ctx, "n_batch": runtime.n_batch, "max_concurrent": 1,
+                "warmup_tokens": runtime.warmup_tokens}  # fmt: skip
+    return SmokeTask(quantize, smoke.PROMPTS, smoke.TOKENS, settings)
 
 
 def _gate_sources(recipe: Recipe, target: Target) -> dict[str, str]:
@@ -216,7 +234,7 @@ def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
     )
 
 
-def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
+def _report(recipe: Recipe, bundle_name: str, command: str, evaluation: EvalPlan | None) -> ReportTask:
     cfg = recipe.spec.validation
     default = Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
     return ReportTask(
@@ -230,6 +248,8 @@ def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
         exclude_failed=recipe.spec.bundle.exclude_failed,
         command=command,
         reproduce="edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}",
+        scored_range=(0, len(evaluation.ids)) if evaluation is not None else None,
+        scored_sha256=str(evaluation.ids.key_form()["sha256"]) if evaluation is not None else None,
     )
 
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-from edgekit.evaldata import EvalPlan, EvalText
+from edgekit.evaldata import CalibrationSet, EvalPlan
 from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
 from edgekit.records import SourceFile
 
-STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "bench", "report", "bundle")
+STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "smoke", "bench", "report", "bundle")
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class QuantizeTask(Task):
     scheme: str
     options: dict[str, Any]
     versions: dict[str, Any]
-    calibration: EvalText | None = field(default=None, metadata=KEYED_IF_SET)
+    calibration: CalibrationSet | None = field(default=None, metadata=KEYED_IF_SET)
     name: str = field(default="", metadata=UNKEYED, compare=False)  # the artifact's name in the bundle
 
     @property
@@ -150,12 +150,16 @@ class ReferenceTask(Task):
     stage: ClassVar[str] = "reference"
     checkpoint: FetchTask
     eval: EvalPlan
-    device: str  # as requested: auto | cpu | cuda
-    dtype: str  # as requested: auto | float32 | float16 | bfloat16
+    device: str  # resolved at planning time: cpu | cuda (see edgekit.plan.reference)
+    dtype: str  # resolved: float32 | float16 | bfloat16
     noise_floor_dtype: str
     top_k: int
     tail_samples: int
     seed: int
+    versions: dict[str, str | None]  # torch and transformers, the arithmetic of the reference
+    # How the reference is computed (whole model or one layer at a time), not what it is: the figures are the
+    # same to the bit, so an entry made either way serves both.
+    memory: str = field(default="auto", metadata=UNKEYED, compare=False)
 
     @property
     def label(self) -> str:
@@ -176,15 +180,59 @@ class Bootstrap:
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """How validation runs an artifact: through its runtime engine, configured as the bundle's runtime.toml will
+    configure it (the recipe's [bundle.runtime] context and batch, the build's thread count, mmap on)."""
+
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    use_mmap: bool = True
+
+    def config(self) -> dict[str, Any]:
+        """Keyword arguments of `BuildBackend.open_runner`."""
+        return {"n_ctx": self.n_ctx, "threads": self.n_threads, "n_batch": self.n_batch, "use_mmap": self.use_mmap}
+
+
+@dataclass(frozen=True)
+class Decide:
+    """`[validation] decide`: evaluate in looks until every gate is decided (see edgekit.sequential)."""
+
+    gates: Gates  # what must be decided: part of the key, since they decide when evaluation stops
+    looks: int
+    alpha: float = 0.05
+
+
+@dataclass(frozen=True)
 class ValidateTask(Task):
     stage: ClassVar[str] = "validate"
     artifact: QuantizeTask
     reference: ReferenceTask
     bootstrap: Bootstrap
+    engine: EngineSettings
+    decide: Decide | None = field(default=None, metadata=KEYED_IF_SET)
 
     @property
     def label(self) -> str:
         return f"validate {self.artifact.name}"
+
+
+@dataclass(frozen=True)
+class SmokeTask(Task):
+    """Greedy token ids of a few fixed prompts through the engine the box runs; `edgekit install` replays them."""
+
+    stage: ClassVar[str] = "smoke"
+    artifact: QuantizeTask
+    prompts: tuple[str, ...]
+    tokens: int
+    settings: dict[str, Any]  # engine settings besides threads (n_ctx, n_batch…): the box replays with the same
+
+    @property
+    def label(self) -> str:
+        return f"smoke {self.artifact.name}"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=1)
 
 
 @dataclass(frozen=True)
@@ -226,6 +274,7 @@ class TargetPlan:
     gate_sources: dict[str, str]
     quantize: QuantizeTask
     validate: ValidateTask | None
+    smoke: SmokeTask | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +303,8 @@ class ReportTask(Task):
     exclude_failed: bool
     command: str
     reproduce: str
+    scored_range: tuple[int, int] | None = None  # token range of the eval text that validation scores
+    scored_sha256: str | None = None  # sha256 of those token ids
 
 
 @dataclass(frozen=True)
@@ -272,6 +323,7 @@ class BundleTask(Task):
     versions: dict[str, Any]
     report: ReportTask
     skipped: tuple[SkippedTarget, ...] = ()
+    release: int = 0  # [bundle] release or `edgekit build --release`: boxes refuse to install a lower one
 
     @property
     def label(self) -> str:
@@ -280,6 +332,6 @@ class BundleTask(Task):
     def deps(self) -> tuple[Task, ...]:
         found: list[Task] = []  # the fetch itself only when something reads its checkpoint
         for t in self.targets:
-            found += [t.quantize] + ([t.validate] if t.validate else [])
+            found += [t.quantize] + [task for task in (t.validate, t.smoke) if task is not None]
         found += [t for t in (self.reference, self.bench) if t is not None]
         return tuple(found)

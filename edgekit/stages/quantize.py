@@ -16,8 +16,10 @@ def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     backend = build_backend(task.backend)
     options = backend.options_model.model_validate(task.options)
     converted = ctx.entry(task.converted).path
-    calibration = task.calibration.text if task.calibration is not None else None
-    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, calibration)
+    ids = task.calibration.ids.array().tolist() if task.calibration is not None else None
+    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, ids)
+    if task.calibration is not None:  # which tokens of which text: the plan's record, disjoint from the scored ones
+        details["calibration"] = {**(details.get("calibration") or {}), **task.calibration.record()}
     return {"path": relpath, "details": details}
 
 
@@ -30,4 +32,5 @@ def artifact(task: QuantizeTask, entry: CacheEntry) -> Artifact:
         path=entry.path / entry.result["path"],
         key=entry.key,
         details=entry.result["details"],
+        recorded={f["path"]: f["sha256"] for f in entry.files},  # relative to the entry folder
     )

@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
+from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf.gates import DEFAULT_GATES
 from edgekit.backends.gguf.info import tensor_summary
@@ -122,7 +120,7 @@ class GGUFBuild(BuildBackend):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         source = converted / F16_FILE
         target = out_dir / ARTIFACT_FILE
@@ -154,44 +152,6 @@ class GGUFBuild(BuildBackend):
                 f"{scheme}, the tensor types above are what was written"
             )
         return ARTIFACT_FILE, details
-
-    # --- validation seam --------------------------------------------------------------------------
-
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        return LlamaLogitsRunner(artifact, n_ctx=n_ctx, threads=threads)
-
-
-class LlamaLogitsRunner:
-    """Logits for token ids from llama.cpp (all positions), for validation."""
-
-    def __init__(self, path: Path, n_ctx: int, threads: int | None = None) -> None:
-        from llama_cpp import Llama
-
-        self.name = path.name
-        self._llm = Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_batch=min(n_ctx, 512),
-            logits_all=True,
-            n_threads=threads,
-            n_threads_batch=threads,
-            verbose=False,
-        )
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self._llm.n_vocab())
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
-    def logits(self, ids: Sequence[int]) -> np.ndarray:
-        self._llm.reset()
-        self._llm.eval(list(ids))
-        return np.array(self._llm.scores[: len(ids)], dtype=np.float32, copy=True)
-
-    def close(self) -> None:
-        self._llm.close()
 
 
 def _small_files(folder: Path) -> list[Path]:
