@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.cli.common import bundle_argument, console, emit_json, json_option
+from edgekit.cli.common import bundle_argument, console, emit_json, err_console, json_option
 
 
 @click.command()
@@ -53,19 +53,39 @@ def _number(value: float | None, spec: str) -> str:
 
 @click.command()
 @click.option("--llama-cpp-dir", type=click.Path(file_okay=False, exists=True), help="Use this llama.cpp checkout.")
+@click.option("--tools", is_flag=True, help="Also build llama-quantize, llama-imatrix, llama-perplexity, llama-bench.")
+@click.option("--server", is_flag=True, help="Also build llama-server.")
+@click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: every CPU).")
 @json_option("toolchain")
-def toolchain(llama_cpp_dir: str | None, as_json: bool) -> None:
-    """Fetch (once) and show llama.cpp's HF→GGUF converter matching the installed llama-cpp-python."""
-    from edgekit.toolchain import get_converter
+def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | None, as_json: bool) -> None:
+    """Fetch (once) llama.cpp's converter, and build (once) its tools, for the installed llama-cpp-python."""
+    from edgekit.progress import RichProgressReporter
+    from edgekit.toolchain import TOOL_SETS, build_tools, get_converter, tools_dir, tools_info
 
     converter = get_converter(llama_cpp_dir)
+    wanted = [name for name, flag in (("tools", tools), ("server", server)) if flag]
+    if wanted:
+        with RichProgressReporter(err_console) as progress:
+            build_tools(wanted, progress, jobs)
+    built = {name: tools_info(name) for name in TOOL_SETS}
     if as_json:
         emit_json("toolchain", {"converter": str(converter.script), "origin": converter.origin,
                                 "llama_cpp_commit": converter.llama_cpp_commit,
-                                "script_sha256": converter.script_sha256})  # fmt: skip
+                                "script_sha256": converter.script_sha256,
+                                "tools": {name: {"targets": list(toolset.targets),
+                                                 "dir": str(tools_dir(name)) if built[name] else None,
+                                                 "build_seconds": (built[name] or {}).get("build_seconds")}
+                                          for name, toolset in TOOL_SETS.items()}})  # fmt: skip
         return
     console.print(f"converter: {escape(str(converter.script))}", highlight=False)
     console.print(f"from: {escape(converter.origin)}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")
+    for name, toolset in TOOL_SETS.items():
+        info = built[name]
+        state = f"{escape(str(tools_dir(name)))} (built in {info['build_seconds']:.0f} s)" if info else "not built"
+        console.print(
+            f"{', '.join(toolset.targets)}: {state}" + ("" if info else f" (edgekit toolchain {toolset.flag})"),
+            highlight=False,
+        )
 
 
 COMMANDS = (inspect, toolchain)

@@ -39,6 +39,10 @@ class RuntimeConfig(BaseModel):
     numa_node: int | None = None
     max_queue: int = Field(16, ge=1)
     max_request_tokens: int = Field(512, ge=1)
+    # serve: prompt prefixes kept in host memory beyond the slots' own (0: only the slots'), and prompt
+    # tokens prefilled per step while other sequences are generating (a long prompt does not stall them).
+    prefix_cache: int = Field(8, ge=0, le=256)
+    prefill_chunk: int = Field(64, ge=1, le=65536)
     derived_from: str = "recipe defaults"
     # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see README).
     num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS

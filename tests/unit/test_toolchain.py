@@ -1,10 +1,18 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from pathlib import Path
 
-from edgekit.toolchain import _commit_from_changelog, _extract_converter
+import pytest
+
+from edgekit.errors import ToolchainError
+from edgekit.progress import SilentProgress
+from edgekit.toolchain import TOOL_SETS, build_tools, llama_tool, tools_dir, tools_identity
+from edgekit.toolchain.converter import _extract_converter
+from edgekit.toolchain.sdist import commit_from_changelog
+from edgekit.toolchain.tools import _wheel_linkage
 
 CHANGELOG = """# Changelog
 ## [Unreleased]
@@ -16,9 +24,9 @@ CHANGELOG = """# Changelog
 
 
 def test_commit_comes_from_the_matching_changelog_section() -> None:
-    assert _commit_from_changelog(CHANGELOG, "0.3.36") == "0c1e57098"
-    assert _commit_from_changelog(CHANGELOG, "0.3.35") == "4df29be4f"
-    assert _commit_from_changelog(CHANGELOG, "9.9.9") is None
+    assert commit_from_changelog(CHANGELOG, "0.3.36") == "0c1e57098"
+    assert commit_from_changelog(CHANGELOG, "0.3.35") == "4df29be4f"
+    assert commit_from_changelog(CHANGELOG, "9.9.9") is None
 
 
 def test_only_the_converter_files_are_extracted(tmp_path: Path) -> None:
@@ -40,3 +48,45 @@ def test_only_the_converter_files_are_extracted(tmp_path: Path) -> None:
     found = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert found == ["conversion/llama.py", "convert_hf_to_gguf.py", "gguf-py/gguf/__init__.py"]
     assert "0c1e57098" in changelog
+
+
+def test_a_missing_tool_says_how_to_build_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGEKIT_TOOLCHAIN", str(tmp_path))
+    with pytest.raises(ToolchainError) as caught:
+        llama_tool("llama-bench")
+    assert "llama-bench is not built" in caught.value.message and "edgekit toolchain --tools" in caught.value.hint
+    with pytest.raises(ToolchainError) as caught:
+        llama_tool("llama-server")
+    assert "edgekit toolchain --server" in caught.value.hint
+    with pytest.raises(ValueError, match=r"not one of the llama\.cpp tools"):
+        llama_tool("llama-cli")
+
+
+def test_tool_sets_are_data_and_name_each_tool_once() -> None:
+    tools = [t for s in TOOL_SETS.values() for t in s.targets]
+    assert len(tools) == len(set(tools))
+    assert {"llama-quantize", "llama-imatrix", "llama-perplexity", "llama-bench"} <= set(TOOL_SETS["tools"].targets)
+    assert TOOL_SETS["server"].targets == ("llama-server",)
+    assert ("LLAMA_BUILD_SERVER", "ON") in TOOL_SETS["server"].cmake and TOOL_SETS["server"].flag == "--server"
+
+
+def test_a_built_tool_is_found_and_nothing_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGEKIT_TOOLCHAIN", str(tmp_path))
+    folder = tools_dir("tools")
+    folder.mkdir(parents=True)
+    (folder / "llama-quantize").write_text("")
+    (folder / "BUILD.json").write_text(json.dumps({"format": 1, "linkage": "x", "build_seconds": 1.0}))
+    assert llama_tool("llama-quantize") == folder / "llama-quantize"
+    assert build_tools(["tools"], SilentProgress()) == [folder]  # already built: no download, no cmake
+    assert tools_identity()["linkage"] == "x"
+
+
+def test_wheel_linkage_names_the_wheels_libraries(tmp_path: Path) -> None:
+    linkage = _wheel_linkage(tmp_path / "src", tmp_path / "cmake")
+    assert linkage is not None, "the llama-cpp-python wheel has shared libraries in llama_cpp/lib"
+    assert {p.name for p in linkage.libraries} == {"libllama.so.0", "libggml.so.0", "libggml-base.so.0",
+                                                   "libggml-cpu.so.0"}  # fmt: skip
+    options = dict(linkage.cmake)
+    assert options["LLAMA_USE_SYSTEM_GGML"] == "ON" and (tmp_path / "cmake" / "ggml-config.cmake").is_file()
+    hook = (tmp_path / "cmake" / "llama-hook.cmake").read_text()
+    assert "add_library(llama SHARED IMPORTED GLOBAL)" in hook and "libllama.so" in hook

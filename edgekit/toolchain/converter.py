@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
-import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from filelock import FileLock
 
-from edgekit.errors import MissingDependencyError, ToolchainError
+from edgekit.errors import ToolchainError
 from edgekit.hashing import sha256_file
+from edgekit.toolchain.sdist import (
+    commit_from_changelog,
+    download_sdist,
+    extract_vendor,
+    llama_cpp_python_version,
+    read_changelog,
+    version_dir,
+)
 
 CONVERTER_SCRIPT = "convert_hf_to_gguf.py"
 # What we keep from the source package: the converter, its model modules, its gguf-py, licences.
@@ -48,30 +52,12 @@ class Converter:
         return {"llama_cpp_commit": self.llama_cpp_commit, "script_sha256": self.script_sha256}
 
 
-def llama_cpp_python_version() -> str:
-    try:
-        return version("llama-cpp-python")
-    except PackageNotFoundError:
-        raise MissingDependencyError("llama-cpp-python", "gguf") from None
-
-
-def toolchain_root() -> Path:
-    """Where llama.cpp's tools are kept, once per version: $EDGEKIT_TOOLCHAIN, else ~/.cache/edgekit/toolchain.
-
-    Apart from the stage cache, so a fresh or throw-away stage cache (CI, tests) does not fetch them again.
-    """
-    if env := os.environ.get("EDGEKIT_TOOLCHAIN"):
-        return Path(env).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "edgekit" / "toolchain"
-
-
 def get_converter(llama_cpp_dir: str | None = None) -> Converter:
     found = cached_converter(llama_cpp_dir)
     if found is not None:
         return found
     pkg_version = llama_cpp_python_version()
-    target = toolchain_root() / f"llama-cpp-python-{pkg_version}"
+    target = version_dir(pkg_version)
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target.parent / f".{target.name}.lock")):
         if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
@@ -85,7 +71,7 @@ def cached_converter(llama_cpp_dir: str | None = None) -> Converter | None:
     if explicit:
         return _from_checkout(Path(explicit).expanduser())
     pkg_version = llama_cpp_python_version()
-    target = toolchain_root() / f"llama-cpp-python-{pkg_version}"
+    target = version_dir(pkg_version)
     return _from_toolchain(target, pkg_version) if (target / "llama.cpp" / CONVERTER_SCRIPT).is_file() else None
 
 
@@ -114,26 +100,13 @@ def _from_checkout(root: Path) -> Converter:
 
 def _fetch_from_sdist(pkg_version: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="edgekit-sdist-") as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-            "--disable-pip-version-check", "-d", tmp, f"llama-cpp-python=={pkg_version}",
-        ]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        archives = list(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
-        if proc.returncode != 0 or not archives:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-            raise ToolchainError(
-                f"could not download the llama-cpp-python {pkg_version} source package for llama.cpp's "
-                f"converter:\n{tail}",
-                "check access to the package registry, or set EDGEKIT_LLAMA_CPP_DIR to a llama.cpp checkout "
-                "of the same version",
-            )
+        archive = download_sdist(pkg_version, Path(tmp), "llama.cpp's converter")
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
         try:
-            changelog = _extract_converter(archives[0], staging / "llama.cpp")
-            commit = _commit_from_changelog(changelog, pkg_version)
+            changelog = _extract_converter(archive, staging / "llama.cpp")
+            commit = commit_from_changelog(changelog, pkg_version)
             (staging / "LLAMA_CPP_COMMIT").write_text((commit or "") + "\n")
-            (staging / "ORIGIN").write_text(f"{archives[0].name}\n")
+            (staging / "ORIGIN").write_text(f"{archive.name}\n")
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staging, target)
@@ -144,34 +117,7 @@ def _fetch_from_sdist(pkg_version: str, target: Path) -> None:
 
 def _extract_converter(archive: Path, dest: Path) -> str:
     """Extract the converter files into `dest`; return the package's CHANGELOG text."""
-    changelog = ""
-    with tarfile.open(archive) as tar:
-        members = []
-        for member in tar.getmembers():
-            parts = member.name.split("/", 1)
-            if len(parts) < 2:
-                continue
-            inner = parts[1]
-            if inner == "CHANGELOG.md":
-                extracted = tar.extractfile(member)
-                changelog = extracted.read().decode("utf-8", "replace") if extracted else ""
-                continue
-            rel = inner.removeprefix("vendor/llama.cpp/")
-            if rel == inner or not (rel == CONVERTER_SCRIPT or rel == "LICENSE" or rel.startswith(KEEP[1:3])):
-                continue
-            member.name = rel
-            members.append(member)
-        if not members:
-            raise ToolchainError(f"{archive.name} does not contain vendor/llama.cpp/{CONVERTER_SCRIPT}")
-        dest.mkdir(parents=True)
-        tar.extractall(dest, members=members, filter="data")
-    return changelog
-
-
-def _commit_from_changelog(changelog: str, pkg_version: str) -> str | None:
-    """llama-cpp-python's changelog names the llama.cpp commit each release vendors."""
-    section = re.search(rf"^## \[{re.escape(pkg_version)}\](.*?)(?=^## \[|\Z)", changelog, re.M | re.S)
-    if not section:
-        return None
-    match = re.search(r"llama\.cpp@([0-9a-f]{7,40})", section.group(1))
-    return match.group(1) if match else None
+    extract_vendor(archive, dest, KEEP)
+    if not (dest / CONVERTER_SCRIPT).is_file():
+        raise ToolchainError(f"{archive.name} does not contain vendor/llama.cpp/{CONVERTER_SCRIPT}")
+    return read_changelog(archive)
