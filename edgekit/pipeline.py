@@ -235,7 +235,8 @@ def assemble(
     benches = {b.box or "": _bench_entry(entries[b.key]) for b in task.box_benches}
     with staging_dir(Path(task.final)) as tmp:
         records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
-        bundle.add_ship_files(tmp, task, records, entries, bench, runtime["artifact"])
+        measured = [b for b in (bench, *benches.values()) if b is not None]
+        bundle.add_ship_files(tmp, task, records, entries, measured, runtime["artifact"])
         bundle.stage_box_runtimes(tmp, task, kept, outcome.verdicts, benches)
         reference, noise = _reference_summary(task, entries)
         report = build_report(

@@ -170,12 +170,16 @@ def status(root: Path, full: bool, trusted_keys: tuple[Path, ...], as_json: bool
     result = box_status(root, verify=full, trusted_keys=trusted_keys)
     if as_json:
         return emit_json("status", result)
-    table = Table("slot", "release", "size", "installed", "signed by", "smoke", "verification", title=result["root"])
+    table = Table(title=result["root"])
+    table.add_column("slot", overflow="fold")  # a slot's whole name, on several lines if it must
+    table.add_column("", no_wrap=True)  # "← current" stays whole however narrow the terminal
+    for name in ("release", "size", "installed", "signed by", "smoke", "verification"):
+        table.add_column(name)
     for s in result["slots"]:
-        mark = " [bold green]← current[/]" if s["current"] else (" (previous)" if s["previous"] else "")
+        mark = "[bold green]← current[/]" if s["current"] else ("(previous)" if s["previous"] else "")
         record = s.get("install") or {}
         check = s["verification"]
-        table.add_row(s["slot"] + mark, str(s.get("release", "?")), _mib(s.get("size")), record.get("installed", "—"),
+        table.add_row(s["slot"], mark, str(s.get("release", "?")), _mib(s.get("size")), record.get("installed", "—"),
                       Path(record["signed_by"]).name if record.get("signed_by") else "—",
                       ", ".join(f"{k} {v}" for k, v in (record.get("smoke") or {}).items()) or "—",
                       "ok" if check["state"] == "ok" else f"[red]{check['problem']}[/]")  # fmt: skip

@@ -159,6 +159,15 @@ class _ForwardingProgress:
     def log(self, message: str) -> None:
         self.events.add.remote("log", self.key, message)
 
+    def warn(self, message: str) -> None:
+        self.events.add.remote("warn", self.key, message)
+
+    def stage_started(self, label: str) -> None:
+        """The driver says where the task started, from the "started" event."""
+
+    def stage_finished(self, label: str, seconds: float, *, reused: bool, made_seconds: float | None = None) -> None:
+        """The driver shows the task done when Ray returns its entry."""
+
 
 def _run_on_worker(task: Task, tools: Tools, events: Any, *upstream: CacheEntry) -> tuple[CacheEntry, float]:
     """In a Ray worker: say where this attempt runs, then run the task against the shared cache."""
@@ -268,8 +277,8 @@ class RayExecutor:
         for kind, key, text in drained:
             task = by_key.get(key)
             label = task.label if task else key[:12]
-            if kind == "log":
-                self.progress.log(f"{label}: {text}")
+            if kind in ("log", "warn"):
+                self.progress.log(f"{label}: {text}") if kind == "log" else self.progress.warn(text)
                 continue
             tries = self.attempts.setdefault(key, [])
             tries.append(text)

@@ -87,15 +87,16 @@ def add_ship_files(
     task: BundleTask,
     records: list[dict[str, Any]],
     entries: dict[str, CacheEntry],
-    bench: dict[str, Any] | None,
+    benches: list[dict[str, Any] | None],
     default: str,
 ) -> None:
-    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit."""
+    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit
+    (its memory limit from the largest peak any bench measured: this machine's or each [[bench.boxes]]')."""
     smoke = {t.name: entries[t.smoke.key].result for t in task.targets if t.smoke is not None}
     for record in records:
         record["smoke"] = smoke.get(record["name"], {"skipped": "not recorded"})
     size = next((r["size"] for r in records if r["name"] == default), 0)
-    memory, why = service.memory_max_mib(bench, default, size)
+    memory, why = max((service.memory_max_mib(b, default, size) for b in benches or [None]), key=lambda m: m[0])
     write_text_atomic(tmp / service.SERVICE, service.render_unit(task.name, __version__, memory, why))
 
 
