@@ -105,7 +105,7 @@ def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None, b
         if not path.is_file():
             continue
         data = _read(path)
-        extra = sorted(set(data) - {"runtime", "box"}) if name != LOCAL_FILE else sorted(set(data) - {"runtime"})
+        extra = sorted(set(data) - ({"runtime"} if name == LOCAL_FILE else {"runtime", "box"}))
         if extra or not isinstance(data.get("runtime", {}), dict):
             raise RuntimeConfigError(
                 f"{path}: holds {', '.join(f'[{k}]' for k in extra) or 'a runtime key'} besides a [runtime] table",

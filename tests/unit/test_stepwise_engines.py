@@ -221,8 +221,6 @@ def test_engine_settings_are_optional_runtime_config_keys() -> None:
 
 
 def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
-    pytest.importorskip("openvino")
-    pytest.importorskip("onnxruntime")
     import onnxruntime as ort
 
     from edgekit.backends.onnxruntime.engine import session_options
