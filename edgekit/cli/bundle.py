@@ -69,12 +69,13 @@ def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | 
             build_tools(wanted, progress, jobs)
     built = {name: tools_info(name) for name in TOOL_SETS}
     if as_json:
-        sets = {name: {"targets": list(toolset.targets), "dir": str(tools_dir(name)) if built[name] else None,
-                       "build_seconds": (built[name] or {}).get("build_seconds")}
-                for name, toolset in TOOL_SETS.items()}  # fmt: skip
         emit_json("toolchain", {"converter": str(converter.script), "origin": converter.origin,
                                 "llama_cpp_commit": converter.llama_cpp_commit,
-                                "script_sha256": converter.script_sha256, "tools": sets})  # fmt: skip
+                                "script_sha256": converter.script_sha256,
+                                "tools": {name: {"targets": list(toolset.targets),
+                                                 "dir": str(tools_dir(name)) if built[name] else None,
+                                                 "build_seconds": (built[name] or {}).get("build_seconds")}
+                                          for name, toolset in TOOL_SETS.items()}})  # fmt: skip
         return
     console.print(f"converter: {escape(str(converter.script))}", highlight=False)
     console.print(f"from: {escape(converter.origin)}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")

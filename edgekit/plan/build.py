@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from edgekit.evaldata import CalibrationSet, EvalPlan, load_text
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
+from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_sets
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.reference import reference_task
@@ -102,8 +103,14 @@ def make_plan(
     threads: int | None = None,
     command: str = "edgekit build",
     reproduce: str | None = None,
+    offered_boxes: Mapping[str, Box] | None = None,
+    boxes: tuple[str, ...] | None = None,
 ) -> Plan:
+    """The plan of `recipe`. `offered_boxes`: what the cluster offers; `boxes` replaces `[[bench.boxes]]`."""
     preflight(recipe, final, out_given=out_given)
+    bench = recipe.spec.bench
+    asked = boxes if boxes is not None else tuple(b.name for b in bench.boxes)
+    bench_boxes = boxes_to_bench(asked, offered_boxes) if bench.enabled else ()
     threads = threads or machine.physical_cores()
     env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
     fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
@@ -125,13 +132,14 @@ def make_plan(
         checkpoint=fetch,
         targets=targets,
         reference=reference,
-        bench=_bench(recipe, targets) if recipe.spec.bench.enabled else None,
+        bench=_bench(recipe, targets) if bench.enabled and not bench_boxes else None,
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
         report=_report(recipe, Path(final).name if final else recipe.name, command, evaluation, reproduce),
         skipped=skipped,
         release=recipe.spec.bundle.release,
+        box_benches=tuple(_bench(recipe, targets, box) for box in bench_boxes),
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
@@ -219,7 +227,7 @@ def _gate_sources(recipe: Recipe, target: Target) -> dict[str, str]:
     return {gate: source(gate) for gate in GATE_NAMES}
 
 
-def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
+def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...], box: Box | None = None) -> BenchTask:
     runtime = recipe.spec.bundle.runtime
     settings = BenchSettings.from_options(recipe.spec.bench, n_ctx=runtime.n_ctx, n_batch=runtime.n_batch)
     exclusion = None
@@ -233,13 +241,15 @@ def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
     return BenchTask(
         artifacts=tuple(t.quantize for t in targets),
         settings=settings.as_dict(),
-        machine=machine.fingerprint(),
+        machine=box.fingerprint if box is not None else machine.fingerprint(),
         versions={
             "llama-cpp-python": dist_version("llama-cpp-python"),
             **BENCH_VERSIONS,
             **({"peer": peer.identity()} if settings.peer else {}),
         },
         exclusion=exclusion,
+        box=box.name if box is not None else None,
+        box_labels=dict(box.labels) if box is not None else {},
     )
 
 

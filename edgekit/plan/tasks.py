@@ -254,13 +254,18 @@ class BenchTask(Task):
     machine: str  # the fingerprint of the machine measured
     versions: dict[str, Any]
     exclusion: Exclusion | None = field(default=None, metadata=KEYED_IF_SET)
+    box: str | None = field(default=None, metadata=KEYED_IF_SET)  # measured on this box of the cluster
+    box_labels: dict[str, str] = field(default_factory=dict, metadata=UNKEYED, compare=False)
 
     @property
     def label(self) -> str:
-        return f"bench {len(self.artifacts)} artifacts"
+        return f"bench {len(self.artifacts)} artifacts" + (f" on {self.box}" if self.box else "")
 
     def deps(self) -> tuple[Task, ...]:
         return self.artifacts + (self.exclusion.validations if self.exclusion else ())
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=threads, box=self.box)
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,7 @@ class BundleTask(Task):
     report: ReportTask
     skipped: tuple[SkippedTarget, ...] = ()
     release: int = 0  # [bundle] release or `edgekit build --release`: boxes refuse to install a lower one
+    box_benches: tuple[BenchTask, ...] = ()  # one per [[bench.boxes]]: runtime/<box>.toml each
 
     @property
     def label(self) -> str:
@@ -336,4 +342,4 @@ class BundleTask(Task):
         for t in self.targets:
             found += [t.quantize] + [task for task in (t.validate, t.smoke) if task is not None]
         found += [t for t in (self.reference, self.bench) if t is not None]
-        return tuple(found)
+        return (*found, *self.box_benches)

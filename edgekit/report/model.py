@@ -222,6 +222,7 @@ def build_report(
     versions: dict[str, Any],
     repairs: list[dict[str, Any]] | None = None,
     memory: dict[str, Any] | None = None,
+    benches: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.name: t for t in targets}
     rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
@@ -240,6 +241,7 @@ def build_report(
         "speed_only": _speed_only(checkpoint),
         "cache_repairs": repairs or [],
         "memory": memory,
+        "benches": benches or {},  # box → its bench (same layout as "bench"), from [[bench.boxes]]
     }
 
 

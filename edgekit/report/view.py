@@ -265,13 +265,17 @@ def _bench_view(bench: Any) -> dict[str, Any] | None:
     return {"artifacts": artifacts, "scalars": scalar_rows, "series": series_rows, "other": other}
 
 
+def _anchor(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name)
+
+
 def _artifact_view(a: dict[str, Any], per_window: tuple[int, int] | None) -> dict[str, Any]:
     metrics = a.get("metrics") or {}
     types = a.get("tensor_types") or {}
     task_gated = (a.get("gates") or {}).get("task_drop_max") is not None
     return {
         "name": a["name"],
-        "anchor": "artifact-" + "".join(c if c.isalnum() else "-" for c in a["name"]),
+        "anchor": "artifact-" + _anchor(a["name"]),
         "backend": a.get("backend", ""),
         "scheme": a.get("scheme", ""),
         "verdict": a.get("verdict", "not validated"),
@@ -387,6 +391,10 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "speed_only": report.get("speed_only"),
         "repairs": repairs_view(report.get("cache_repairs")),
         "memory": memory_view(report.get("memory"), (report.get("reference") or {}).get("memory")),
+        "box_benches": [
+            {"box": box, "anchor": _anchor(box), "bench": _bench_view(bench)}
+            for box, bench in sorted((report.get("benches") or {}).items())
+        ],
         "gate_labels": GATE_LABELS,
         "fmt": fmt,
     }

@@ -1,5 +1,9 @@
 """runtime.toml: how the bundle runs on the box. `runtime.local.toml` (from `edgekit tune`) overrides it.
 
+A bundle benchmarked on several boxes also holds `runtime/<box>.toml`, one per box, each with a `[box]`
+table (name, fingerprint, labels). On a box the loader takes the one named by `EDGEKIT_BOX` (or the
+`box` argument), else the one whose fingerprint is this machine's, else runtime.toml.
+
 `[runtime]` configures the default artifact. `[artifacts.NAME]` tables hold what the bench measured for
 each other artifact (threads, concurrency: an OpenVINO artifact batches differently from a GGUF one);
 they apply when that artifact is the one run (`--artifact NAME`, or `artifact = "NAME"`).
@@ -7,6 +11,7 @@ they apply when that artifact is the one run (`--artifact NAME`, or `artifact = 
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +23,8 @@ from edgekit.errors import RuntimeConfigError
 
 RUNTIME_FILE = "runtime.toml"
 LOCAL_FILE = "runtime.local.toml"
+BOX_DIR = "runtime"
+BOX_ENV = "EDGEKIT_BOX"
 # What an [artifacts.NAME] table may set: what the bench measures per artifact.
 PER_ARTIFACT_KEYS = ("n_threads", "n_threads_batch", "max_concurrent", "use_mmap", "derived_from")
 
@@ -38,6 +45,10 @@ class RuntimeConfig(BaseModel):
     numa_node: int | None = None
     max_queue: int = Field(16, ge=1)
     max_request_tokens: int = Field(512, ge=1)
+    # serve: prompt prefixes kept in host memory beyond the slots' own (0: only the slots'), and prompt
+    # tokens prefilled per step while other sequences are generating (a long prompt does not stall them).
+    prefix_cache: int = Field(8, ge=0, le=256)
+    prefill_chunk: int = Field(64, ge=1, le=65536)
     derived_from: str = "recipe defaults"
     # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see README).
     num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS
@@ -50,7 +61,7 @@ class RuntimeConfig(BaseModel):
     env_allocators: bool | None = None  # ONNX Runtime session.use_env_allocators (one shared arena)
 
 
-def render_runtime_toml(values: dict[str, Any]) -> str:
+def render_runtime_toml(values: dict[str, Any], box: dict[str, Any] | None = None) -> str:
     """runtime.toml from the [runtime] values; an `artifacts` entry ({name: values}) becomes [artifacts.NAME]."""
     values = dict(values)
     per_artifact = values.pop("artifacts", None) or {}
@@ -61,6 +72,8 @@ def render_runtime_toml(values: dict[str, Any]) -> str:
                                for name, entry in per_artifact.items()}  # fmt: skip
         for name, entry in tables["artifacts"].items():
             RuntimeConfig(**{**values, **entry, "artifact": name})  # each one must make a valid config
+    if box:
+        tables["box"] = box
     header = (
         "# How this bundle runs on the box. Signed with the bundle (listed in manifest.json).\n"
         "# To change it on one box, run `edgekit tune BUNDLE` or write runtime.local.toml beside it.\n"
@@ -68,24 +81,64 @@ def render_runtime_toml(values: dict[str, Any]) -> str:
     return header + tomli_w.dumps(tables)
 
 
+def box_runtime_file(bundle: Path, box: str | None = None) -> Path | None:
+    """The runtime/<box>.toml for this box: by name (`box`, else $EDGEKIT_BOX), else by this machine's fingerprint."""
+    folder = bundle / BOX_DIR
+    if not folder.is_dir():
+        return None
+    name = box or os.environ.get(BOX_ENV)
+    if name:
+        path = folder / f"{name}.toml"
+        if not path.is_file():
+            offered = ", ".join(sorted(p.stem for p in folder.glob("*.toml"))) or "none"
+            raise RuntimeConfigError(f"{bundle} has no runtime for box {name!r} (it has: {offered})",
+                                     f"unset {BOX_ENV} or build with this box in [[bench.boxes]]")  # fmt: skip
+        return path
+    from edgekit.runtime.machine import fingerprint
+
+    here = fingerprint()
+    for path in sorted(folder.glob("*.toml")):
+        if _read(path).get("box", {}).get("fingerprint") == here:
+            return path
+    return None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {path.name}") from None
+
+
 def load_runtime_config(
-    bundle: Path, overrides: dict[str, Any] | None = None, artifact: str | None = None
+    bundle: Path, overrides: dict[str, Any] | None = None, box: str | None = None, artifact: str | None = None
 ) -> RuntimeConfig:
-    """runtime.toml (signed with the bundle: [runtime], then the chosen artifact's [artifacts.NAME] table), then
-    runtime.local.toml (the box's, checked against the same schema: only a [runtime] table of known keys and valid
-    values), then `overrides` (command-line options). `artifact`: the one to run (default: the one [runtime] names)."""
+    """runtime.toml (signed with the bundle), then runtime/<box>.toml (this box's measured tuning, signed too),
+    each its [runtime] then the chosen artifact's [artifacts.NAME] table; then runtime.local.toml (the box's, checked
+    against the same schema: only a [runtime] table of known keys and valid values), then `overrides` (command-line
+    options). `artifact`: the one to run (default: the one [runtime] names)."""
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
-    for name in (RUNTIME_FILE, LOCAL_FILE):
-        data = _read_tables(bundle / name)
+    chosen = box_runtime_file(bundle, box)
+    for name in (RUNTIME_FILE, *([f"{BOX_DIR}/{chosen.name}"] if chosen else []), LOCAL_FILE):
+        path = bundle / name
+        if not path.is_file():
+            continue
+        data = _read(path)
+        extra = sorted(set(data) - ({"runtime"} if name == LOCAL_FILE else {"runtime", "box", "artifacts"}))
+        if extra or not isinstance(data.get("runtime", {}), dict):
+            raise RuntimeConfigError(
+                f"{path}: holds {', '.join(f'[{k}]' for k in extra) or 'a runtime key'} besides a [runtime] table",
+                f"{name} holds only a [runtime] table; fix or delete it",
+            )
         values.update(data.get("runtime", {}))
         origin.update(dict.fromkeys(data.get("runtime", {}), name))
         tables = data.get("artifacts")
         entry = tables.get(artifact or values.get("artifact")) if isinstance(tables, dict) else None
         if isinstance(entry, dict):
-            chosen = {k: v for k, v in entry.items() if k in PER_ARTIFACT_KEYS}
-            values.update(chosen)
-            origin.update(dict.fromkeys(chosen, name))
+            picked = {k: v for k, v in entry.items() if k in PER_ARTIFACT_KEYS}
+            values.update(picked)
+            origin.update(dict.fromkeys(picked, name))
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     values.update(given)
     origin.update(dict.fromkeys(given, "the command line"))
@@ -99,22 +152,3 @@ def load_runtime_config(
         raise RuntimeConfigError(
             f"{path}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
         ) from None
-
-
-def _read_tables(path: Path) -> dict[str, Any]:
-    """The tables of `path` ({} when absent); runtime.toml may also hold [artifacts.NAME], the box's file only
-    [runtime]."""
-    if not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {path.name}") from None
-    allowed = {"runtime", "artifacts"} if path.name == RUNTIME_FILE else {"runtime"}
-    extra = sorted(set(data) - allowed)
-    if extra or not isinstance(data.get("runtime", {}), dict):
-        raise RuntimeConfigError(
-            f"{path}: holds {', '.join(f'[{k}]' for k in extra) or 'a runtime key'} besides a [runtime] table",
-            f"{path.name} holds only a [runtime] table; fix or delete it",
-        )
-    return data

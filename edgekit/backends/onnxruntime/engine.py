@@ -35,7 +35,7 @@ from tokenizers import Tokenizer
 
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.hf_files import HFFiles, token_bytes_table
-from edgekit.runtime.engines.stepwise import StepwiseEngine
+from edgekit.runtime.engines.stepwise import PREFIX_CACHE, StepwiseEngine
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -86,6 +86,7 @@ class ONNXRuntimeEngine(StepwiseEngine):
     backend = "onnxruntime"
     first_chunk = 1
     batched = True
+    prefix_reuse = True
 
     def __init__(
         self,
@@ -99,9 +100,10 @@ class ONNXRuntimeEngine(StepwiseEngine):
         execution_mode: str | None = None,
         memory_arena: bool | None = None,
         env_allocators: bool | None = None,
+        prefix_cache: int = PREFIX_CACHE,
     ) -> None:
         self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE), "ONNX")
-        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
         self._options = {
             "inter_op_threads": inter_op_threads,
             "execution_mode": execution_mode,
@@ -181,11 +183,19 @@ class ONNXRuntimeEngine(StepwiseEngine):
         slot.arrays = dict(zip(self._past_names, results[1:], strict=True))
         return results[0]
 
-    def _export(self, slot: _Past) -> dict[str, np.ndarray]:
-        # the session returns new arrays at every call: these are never written again
+    # --- batching and prefix reuse: past arrays are never written in place (the session returns new ones at
+    # every call), so a cut is a view and a copy is a reference ---
+
+    def _truncate(self, slot: _Past, n: int) -> None:
+        if n == 0 or slot.arrays is None:
+            slot.arrays = None
+            return
+        slot.arrays = {name: past[:, :, :n, :] for name, past in slot.arrays.items()}
+
+    def _snapshot(self, slot: _Past) -> dict[str, np.ndarray]:
         return dict(slot.arrays) if slot.arrays is not None else {n: self._empty_past for n in self._past_names}
 
-    def _import(self, slot: _Past, state: dict[str, np.ndarray]) -> None:
+    def _restore(self, slot: _Past, state: dict[str, np.ndarray]) -> None:
         slot.arrays = dict(state)
 
     # --- tokens -----------------------------------------------------------------------------------
@@ -236,4 +246,5 @@ def open_engine(artifact: Path, bundle: Path | None, config: Any) -> ONNXRuntime
         execution_mode=getattr(config, "execution_mode", None),
         memory_arena=getattr(config, "memory_arena", None),
         env_allocators=getattr(config, "env_allocators", None),
+        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
     )

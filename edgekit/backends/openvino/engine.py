@@ -5,7 +5,8 @@ out), so it cannot be stepped one token at a time across several sequences as `s
 requires, and it exposes no logits — validation would then measure a different code path (GenAI
 applies its own model transformations: logits slicing, and on CPU a paged-attention
 continuous-batching backend) from the one serving requests. One path here serves both: an infer
-request per prompt, whose model state *is* that sequence's KV cache, reset when the sequence finishes.
+request per prompt, whose model state *is* that sequence's KV cache, reset when the sequence finishes
+(a served one keeps it for prefix reuse: `edgekit.runtime.engines.stepwise_serving`).
 Streaming is `step()` itself; the chat template comes from the artifact folder (the same Jinja text
 GenAI would apply).
 
@@ -35,7 +36,7 @@ import openvino_tokenizers  # noqa: F401  (registers the tokenizer operations wi
 
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.hf_files import HFFiles
-from edgekit.runtime.engines.stepwise import StepwiseEngine
+from edgekit.runtime.engines.stepwise import PREFIX_CACHE, StepwiseEngine
 
 MODEL_FILE = "openvino_model.xml"
 TOKENIZER_FILE = "openvino_tokenizer.xml"
@@ -69,6 +70,7 @@ def compile_properties(
 class OpenVINOEngine(StepwiseEngine):
     backend = "openvino"
     batched = True
+    prefix_reuse = True
 
     def __init__(
         self,
@@ -83,9 +85,10 @@ class OpenVINOEngine(StepwiseEngine):
         cpu_pinning: bool | None = None,
         scheduling_core_type: str | None = None,
         inference_precision: str | None = None,
+        prefix_cache: int = PREFIX_CACHE,
     ) -> None:
         self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE, DETOKENIZER_FILE), "OpenVINO")
-        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
         self._options = {
             "num_streams": num_streams,
             "cpu_pinning": cpu_pinning,
@@ -167,12 +170,22 @@ class OpenVINOEngine(StepwiseEngine):
         )
         return slot.get_tensor("logits").data
 
-    def _export(self, slot: Any) -> dict[str, np.ndarray]:
+    # --- batching and prefix reuse: the model state, read and written as ([batch, heads, time, dim]) ---
+
+    def _snapshot(self, slot: Any) -> dict[str, np.ndarray]:
         return {state.name: np.array(state.state.data, copy=True) for state in slot.query_state()}
 
-    def _import(self, slot: Any, state: dict[str, np.ndarray]) -> None:
+    def _restore(self, slot: Any, state: dict[str, np.ndarray]) -> None:
         for variable in slot.query_state():
             variable.state = ov.Tensor(np.ascontiguousarray(state[variable.name]))
+
+    def _truncate(self, slot: Any, n: int) -> None:
+        if n == 0:
+            slot.reset_state()
+            return
+        for state in slot.query_state():
+            kept = state.state.data[:, :, :n, :]
+            state.state = ov.Tensor(np.ascontiguousarray(kept))
 
     # --- tokens -----------------------------------------------------------------------------------
 
@@ -243,4 +256,5 @@ def open_engine(artifact: Path, bundle: Path | None, config: Any) -> OpenVINOEng
         cpu_pinning=getattr(config, "cpu_pinning", None),
         scheduling_core_type=getattr(config, "scheduling_core_type", None),
         inference_precision=getattr(config, "inference_precision", None),
+        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
     )

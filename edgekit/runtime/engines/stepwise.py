@@ -12,6 +12,11 @@ attention mask of 0 over its padding, and each row at its own positions. The bat
 (`edgekit.runtime.engines.batching.pack`) only when its membership changes: a sequence that starts
 is merged in at the next step, one that finishes is dropped at the next step, and the padding no
 remaining row needs is trimmed then.
+
+Serving (`StepwiseServing`) binds a slot to each sequence id and keeps it after `finish()` for prefix
+reuse: a prompt is prefilled in its bound slot after the prefix it already holds (or one restored
+from a snapshot), then joins the batch like any other. A served sequence's bound slot is emptied
+while its row is in the batch, and gets the row back (its real cells, no padding) when it finishes.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prom
 from edgekit.runtime.engines.batching import Batch, attention_mask, pack
 from edgekit.runtime.engines.hf_files import HFFiles
 from edgekit.runtime.engines.sampling import new_rng, sample
+from edgekit.runtime.engines.stepwise_serving import StepwiseServing
 
 MAX_SEQUENCES = 4
+PREFIX_CACHE = 8  # prefixes kept in host memory beyond the slots (runtime.toml `prefix_cache`)
 
 
 @dataclass
@@ -41,9 +48,10 @@ class _Sequence:
     rng: np.random.Generator
 
 
-class StepwiseEngine(VocabularyMixin):
+class StepwiseEngine(StepwiseServing, VocabularyMixin):
     """Subclasses set the sizes below and implement `_new_slot`, `_reset`, `_infer` (or only `_run`) and
-    `detokenize`; with `_export` and `_import` too, they set `batched` and decode sequences as rows of one call."""
+    `detokenize`; with `_snapshot` and `_restore` too, they set `batched` and decode sequences as rows of one
+    call; with `_truncate` as well, `prefix_reuse` (serving keeps prompt prefixes, `StepwiseServing`)."""
 
     backend: str
     max_sequences: int
@@ -64,7 +72,7 @@ class StepwiseEngine(VocabularyMixin):
                     "rebuild the bundle, or run `edgekit verify` on it",
                 )
 
-    def _init_sequences(self, max_sequences: int, n_ctx: int, n_batch: int) -> None:
+    def _init_sequences(self, max_sequences: int, n_ctx: int, n_batch: int, prefix_cache: int = PREFIX_CACHE) -> None:
         if not 1 <= max_sequences <= MAX_SEQUENCES:
             raise UsageError(f"max_sequences is {max_sequences}", f"use 1 to {MAX_SEQUENCES}")
         self.max_sequences, self.n_ctx, self.n_batch = max_sequences, n_ctx, max(1, n_batch)
@@ -72,6 +80,7 @@ class StepwiseEngine(VocabularyMixin):
         self._free: list[Any] = []
         self._scratch: Any = None
         self._batch: Batch | None = None
+        self._init_serving(prefix_cache)
 
     def _read_vocabulary(
         self,
@@ -110,12 +119,12 @@ class StepwiseEngine(VocabularyMixin):
         cells a row, `mask` (rows, cells + n) 0 over padding; the logits, (rows, n, vocab)."""
         raise NotImplementedError
 
-    def _export(self, slot: Any) -> dict[str, np.ndarray]:
+    def _snapshot(self, slot: Any) -> dict[str, np.ndarray]:
         """`slot`'s KV state: name → (rows, kv_heads, cells, head_dim) arrays, never written by the slot again."""
         raise NotImplementedError
 
-    def _import(self, slot: Any, state: dict[str, np.ndarray]) -> None:
-        """Replace `slot`'s KV state (what `_export` returns, any number of rows and cells)."""
+    def _restore(self, slot: Any, state: dict[str, np.ndarray]) -> None:
+        """Replace `slot`'s KV state (what `_snapshot` returns, any number of rows and cells)."""
         raise NotImplementedError
 
     def _run(self, slot: Any, ids: Sequence[int], pos: int) -> np.ndarray:
@@ -129,6 +138,7 @@ class StepwiseEngine(VocabularyMixin):
         self._free.clear()
         self._scratch = None
         self._batch = None
+        self._init_serving(self._prefix.capacity)
 
     # --- the Engine protocol ----------------------------------------------------------------------
 
@@ -148,7 +158,9 @@ class StepwiseEngine(VocabularyMixin):
 
     def start(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> int:
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs, self.n_ctx)
-        slot = self._free.pop() if self._free else self._new_slot()
+        slot = self._unbind(seq)  # a cold start: whatever the slot held for reuse is dropped
+        if slot is None:
+            slot = self._free.pop() if self._free else self._new_slot()
         try:
             last = None
             for begin, end in self._chunks(len(ids)):
@@ -187,12 +199,25 @@ class StepwiseEngine(VocabularyMixin):
 
     def finish(self, seq: int) -> None:
         state = self._seqs.pop(seq, None)
-        if state is not None and state.slot is not None:
-            self._release(state.slot)
+        in_batch = state is not None and state.slot is None
+        keeps = self._keeps(seq)  # a served sequence: its KV state stays in its slot for prefix reuse
+        if keeps and in_batch:
+            self._unbatch(seq, state.pos)
         batch = self._batch
         if batch is not None and not any(s in self._seqs for s in batch.rows):
             self._release(batch.slot)  # its rows are dropped at the next step otherwise
             self._batch = None
+        if keeps:
+            return
+        slot = self._unbind(seq)
+        if slot is None and state is not None and state.slot is not None:
+            self._reset(state.slot)
+            slot = state.slot
+        if slot is not None:
+            self._free.append(slot)
+
+    def _begin_sequence(self, seq: int, slot: Any, pos: int, last: int, sampling: Sampling, rng: Any) -> None:
+        self._seqs[seq] = _Sequence(slot=slot, pos=pos, last=last, sampling=sampling, rng=rng)
 
     @property
     def active(self) -> list[int]:
@@ -221,7 +246,7 @@ class StepwiseEngine(VocabularyMixin):
         if batch is not None and batch.rows == order:
             return batch
         merged = batch.rows if batch is not None else []
-        old = self._export(batch.slot) if batch is not None and any(s in merged for s in order) else {}
+        old = self._snapshot(batch.slot) if batch is not None and any(s in merged for s in order) else {}
         parts = []
         for seq in order:
             state = self._seqs[seq]
@@ -229,17 +254,27 @@ class StepwiseEngine(VocabularyMixin):
                 r = merged.index(seq)
                 parts.append(({name: a[r : r + 1] for name, a in old.items()}, state.pos))
             else:
-                parts.append((self._export(state.slot), state.pos))
+                parts.append((self._snapshot(state.slot), state.pos))
         packed, cells = pack(parts)
         slot = batch.slot if batch is not None else (self._free.pop() if self._free else self._new_slot())
-        self._import(slot, packed)
+        self._restore(slot, packed)
         for seq in order:
             state = self._seqs[seq]
             if state.slot is not None:
-                self._release(state.slot)
+                self._reset(state.slot)
+                if self._bound.get(seq) is not state.slot:  # a served sequence's slot stays bound to it
+                    self._free.append(state.slot)
                 state.slot = None
         self._batch = Batch(rows=list(order), slot=slot, cells=cells)
         return self._batch
+
+    def _unbatch(self, seq: int, pos: int) -> None:
+        """Copy `seq`'s row of the batch, without its padding, back into the slot bound to it."""
+        assert self._batch is not None
+        row, cells = self._batch.rows.index(seq), self._batch.cells
+        state = self._snapshot(self._batch.slot)
+        own = {name: np.ascontiguousarray(a[row : row + 1, :, cells - pos :]) for name, a in state.items()}
+        self._restore(self._bound[seq], own)
 
     def _chunks(self, n: int) -> Iterator[tuple[int, int]]:
         begin = 0
