@@ -102,8 +102,9 @@ SMALL_MODEL_BYTES = 512 * 2**20
 
 
 def sized_by_model(source: FetchTask, threads: int) -> Resources:
-    """CPUs and memory for converting or quantizing the source's weights (sizes unknown for hf:// until fetched)."""
-    weights = sum(f.size for f in source.files)
+    """CPUs and memory for converting or quantizing the source's weights (sizes unknown for hf:// until fetched;
+    a synthetic source's follow from its shape)."""
+    weights = sum(f.size for f in source.files) or (source.synthetic.weight_bytes() if source.synthetic else 0)
     cpus = 1 if 0 < weights < SMALL_MODEL_BYTES else threads
     return Resources(cpus=cpus, memory_mib=3 * weights // 2**20)
 

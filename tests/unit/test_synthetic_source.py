@@ -88,3 +88,15 @@ def test_the_shipped_probe_recipe_is_the_packaged_one() -> None:
     shipped = (root / "recipes" / "probe-1b.toml").read_text()
     assert shipped == (root / "edgekit" / "recipes" / "probe-1b.toml").read_text()
     assert tomllib.loads(shipped)["model"]["source"] == "synthetic://llama?params=1B"
+
+
+def test_a_synthetic_checkpoint_is_sized_for_the_cluster_before_it_exists() -> None:
+    from edgekit.plan.tasks import FetchTask, sized_by_model
+
+    spec = parse("synthetic://llama?params=1B")
+    fetch = FetchTask(uri="synthetic://llama?params=1B", revision=None, files=(), allow_pickle=False,
+                      kind="synthetic", synthetic=spec)  # fmt: skip
+    need = sized_by_model(fetch, threads=2)
+    # float16 weights of about 1.2B parameters; converting them holds 1.5 times that
+    assert spec.weight_bytes() == 2 * spec.parameters(49152)
+    assert need.cpus == 2 and need.memory_mib == 3 * spec.weight_bytes() // 2**20 > 3000
