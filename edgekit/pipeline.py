@@ -15,9 +15,11 @@ from typing import Any
 from edgekit.cache import CacheEntry, StageCache
 from edgekit.errors import GateFailure
 from edgekit.executors.base import Executor, TaskEvent, Tools
+from edgekit.executors.ladder import LadderOutcome, run_ladder, settle
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
 from edgekit.gates import counts_as_failed, judge_artifact
+from edgekit.levers import lever_figures
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
 from edgekit.progress import Progress
@@ -42,6 +44,7 @@ class BuildResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
+    ladders: dict[str, str] = field(default_factory=dict)  # per auto target: why its candidate was kept
 
 
 @dataclass
@@ -86,12 +89,16 @@ def build_plan(
     tools = Tools(cache, task.threads, plan.llama_cpp_dir)
     executor = executor or LocalExecutor(tools, progress)
     entries = executor.run(plan.tasks)
-    outcome = judge(task, entries)
+    ladders = {auto.name: run_ladder(executor, auto, entries, progress) for auto in task.auto}
+    if ladders:
+        task = settle(task, ladders)
+        entries.update(executor.run(task.deps(), known=entries))
+    outcome = judge(task, entries, ladders)
     if outcome.excluded and len(outcome.excluded) == len(task.targets):
         raise GateFailure(outcome.excluded, None)
     bundle_started = time.time()
     with progress.task(f"bundle  {task.final}"):
-        assemble(task, entries, outcome)
+        assemble(task, entries, outcome, ladders)
     events = executor.events
     return BuildResult(
         bundle=Path(task.final),
@@ -103,10 +110,12 @@ def build_plan(
         reused=_reused(events),
         skipped={t.name: t.reason for t in task.skipped},
         events=list(events),
+        ladders={name: ladder.reason for name, ladder in ladders.items()},
     )
 
 
-def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
+def judge(task: BundleTask, entries: dict[str, CacheEntry], ladders: dict[str, LadderOutcome] | None = None
+          ) -> Outcome:  # fmt: skip
     results: dict[str, dict[str, Any]] = {}
     for target in task.targets:
         if target.validate is None:
@@ -118,6 +127,10 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
             **judge_artifact(measured, target.gates),
             "gates": target.gates.model_dump(),
         }
+        ladder = (ladders or {}).get(target.name)
+        if ladder is not None and not ladder.passed:  # none of the ladder passed: the target fails, whatever the
+            results[target.name]["verdict"] = "fail"  # closest candidate's own verdict
+            results[target.name]["reasons"] = [ladder.reason, *results[target.name].get("reasons", [])]
     verdicts = {name: r["verdict"] for name, r in results.items()}
     failed = [n for n, v in verdicts.items() if counts_as_failed(v, task.report.on_inconclusive)]
     required = {t.name for t in task.targets if t.required}
@@ -130,7 +143,8 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
     )
 
 
-def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome) -> None:
+def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
+             ladders: dict[str, LadderOutcome] | None = None) -> None:  # fmt: skip
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
     artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
@@ -149,6 +163,7 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome)
             artifacts=_report_rows(task, records, artifacts, outcome),
             bench=bench,
             versions=task.versions,
+            levers=lever_figures(task, entries, ladders or {}),
         )
         write_reports(tmp, report)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)

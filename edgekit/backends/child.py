@@ -22,15 +22,19 @@ QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY
              "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
 
 
-def run_logged(cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> str:
-    """Run `cmd` with its output in `log_path`; return the log, or raise StageError with its tail.
+def run_logged(
+    cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> str:
+    """Run `cmd` (in `cwd`) with its output in `log_path`; return the log, or raise StageError with its tail.
 
     `env` adds to (or, with an empty value, removes from) this process's environment.
     """
     full_env = {**os.environ, **QUIET_ENV, **(env or {})}
     full_env = {k: v for k, v in full_env.items() if v != ""}
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, preexec_fn=die_with_parent())
+        proc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd, preexec_fn=die_with_parent()
+        )
     text = log_path.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0:
         tail = "\n".join(text.strip().splitlines()[-15:])

@@ -54,9 +54,12 @@ def build(
     _render_verdicts(result.verdicts, result.excluded, optional)
     for name, reason in result.skipped.items():
         console.print(f"[yellow]{name}: not built[/] (required = false): {reason}", highlight=False)
+    for name, reason in result.ladders.items():
+        console.print(f"{name}: {reason}", highlight=False)
     console.print(f"bundle: [bold]{result.bundle}[/]  ({result.seconds:.1f} s); the reasons: report.md, report.html")
     if result.failed_required:
-        raise GateFailure(result.failed_required, result.bundle)
+        notes = [f"{n}: {result.ladders[n]}" for n in result.failed_required if n in result.ladders]
+        raise GateFailure(result.failed_required, result.bundle, notes)
 
 
 def _render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: set[str]) -> None:
@@ -100,6 +103,8 @@ def _render_plan(described: dict[str, Any]) -> None:
     table = Table("task", "key", "state", "needs", title=f"plan of {described['recipe']}")
     for task in described["tasks"]:
         state = "[green]cached[/]" if task["cached"] else "[yellow]to run[/]"
+        if ladder := task.get("ladder"):
+            state += f" ({ladder['target']} candidate {ladder['position'] + 1}: {ladder['runs']})"
         needs = ", ".join(ids.get(k, k[:12]) for k in task["deps"])
         table.add_row(task["id"], (task["key"] or "—")[:12], state, needs or "—")
     console.print(table)

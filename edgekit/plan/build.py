@@ -7,9 +7,10 @@ stage function ever sees the recipe.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,22 +20,23 @@ from edgekit.evaldata import EvalPlan, load_text
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
+from edgekit.plan.calibration import calibration_text
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.source import fetch_task
+from edgekit.plan.targets import TargetInputs, plan_target
 from edgekit.plan.tasks import (
     STAGE_ORDER,
+    AutoTarget,
     BenchTask,
     Bootstrap,
     BundleTask,
     ConvertTask,
     Exclusion,
     FetchTask,
-    QuantizeTask,
     ReferenceTask,
     ReportTask,
     TargetPlan,
     Task,
-    ValidateTask,
 )
 from edgekit.plan.tokenizer_check import check_gguf_tokenizer
 from edgekit.preflight import preflight
@@ -93,9 +95,9 @@ def make_plan(
     threads: int | None = None,
     command: str = "edgekit build",
 ) -> Plan:
-    preflight(recipe, final, out_given=out_given)
     threads = threads or machine.physical_cores()
     env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
+    preflight(recipe, final, out_given=out_given, env=env)
     fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
     kept, skipped = buildable_targets(recipe, fetch, env)
     backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in kept)}
@@ -106,7 +108,15 @@ def make_plan(
     reference = _reference(recipe, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    targets = tuple(_target(recipe, t, converts[t.backend], reference) for t in kept)
+    calibration = calibration_text(recipe, evaluation)
+    planned = [plan_target(TargetInputs(recipe, converts[t.backend], reference, _bootstrap(recipe), calibration), t, i)
+               for i, t in enumerate(kept)]  # fmt: skip
+    targets = tuple(t for t in planned if isinstance(t, TargetPlan))
+    auto = tuple(t for t in planned if isinstance(t, AutoTarget))
+    report = _report(recipe, Path(final).name if final else recipe.name, command)
+    bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None
+    auto = tuple(dataclasses.replace(a, bench=fastest_bench(bench, a, report)) if a.objective == "fastest" and bench
+                 else a for a in auto)  # fmt: skip
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -114,12 +124,13 @@ def make_plan(
         checkpoint=fetch,
         targets=targets,
         reference=reference,
-        bench=_bench(recipe, targets) if recipe.spec.bench.enabled else None,
+        bench=bench,
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
-        report=_report(recipe, Path(final).name if final else recipe.name, command),
+        report=report,
         skipped=skipped,
+        auto=auto,
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
@@ -154,66 +165,38 @@ def _bootstrap(recipe: Recipe) -> Bootstrap:
     return Bootstrap(cfg.bootstrap_resamples, cfg.bootstrap_block_tokens, cfg.seed)
 
 
-def _target(recipe: Recipe, target: Target, convert: ConvertTask, reference: ReferenceTask | None) -> TargetPlan:
-    backend = build_backend(target.backend)
-    calibration = None
-    if backend.needs_calibration(target.scheme, target.options):
-        calibration = load_text(recipe.spec.validation.text, recipe.base_dir)
-    quantize = QuantizeTask(
-        converted=convert,
-        backend=target.backend,
-        scheme=target.scheme,
-        options=backend.resolve_options(target.scheme, target.options).model_dump(mode="json"),
-        versions=convert.versions,
-        calibration=calibration,
-        name=target.name,
-    )
-    validate = ValidateTask(quantize, reference, _bootstrap(recipe)) if reference is not None else None
-    return TargetPlan(
-        name=target.name,
-        backend=target.backend,
-        scheme=target.scheme,
-        required=target.required,
-        note=target.note,
-        gates=backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates),
-        gate_sources=_gate_sources(recipe, target),
-        quantize=quantize,
-        validate=validate,
-    )
-
-
-def _gate_sources(recipe: Recipe, target: Target) -> dict[str, str]:
-    """Where each threshold came from: the backend's per-scheme default, [validation.gates] or the target."""
-    section = recipe.spec.validation.gates
-    overridden = set(section.model_fields_set) if section is not None else set()
-    own = set(target.gates.model_fields_set) if target.gates is not None else set()
-
-    def source(gate: str) -> str:
-        if gate in own:
-            return f"recipe [[targets]] {target.name}"
-        return "recipe [validation.gates]" if gate in overridden else f"default for {target.backend} {target.scheme}"
-
-    return {gate: source(gate) for gate in GATE_NAMES}
-
-
 def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
     runtime = recipe.spec.bundle.runtime
     settings = BenchSettings.from_options(recipe.spec.bench, n_ctx=runtime.n_ctx, n_batch=runtime.n_batch)
-    exclusion = None
-    validated = [t for t in targets if t.validate is not None]
-    if recipe.spec.bundle.exclude_failed and validated:
-        exclusion = Exclusion(
-            validations=tuple(t.validate for t in validated if t.validate is not None),
-            gates=tuple(t.gates for t in validated),
-            on_inconclusive=recipe.spec.validation.on_inconclusive,
-        )
-    return BenchTask(
-        artifacts=tuple(t.quantize for t in targets),
+    template = BenchTask(
+        artifacts=(),
         settings=settings.as_dict(),
         machine=machine.fingerprint(),
         versions={"llama-cpp-python": dist_version("llama-cpp-python"), **BENCH_VERSIONS},
-        exclusion=exclusion,
     )
+    cfg = recipe.spec.validation
+    return bench_over(template, targets, recipe.spec.bundle.exclude_failed, cfg.on_inconclusive)
+
+
+def bench_over(template: BenchTask, targets: Sequence[TargetPlan], exclude_failed: bool, on_inconclusive: str
+               ) -> BenchTask:  # fmt: skip
+    """The bench of `targets` with `template`'s settings; with `exclude_failed`, only those that pass are measured."""
+    validated = [t for t in targets if t.validate is not None]
+    exclusion = None
+    if exclude_failed and validated:
+        exclusion = Exclusion(
+            validations=tuple(t.validate for t in validated if t.validate is not None),
+            gates=tuple(t.gates for t in validated),
+            on_inconclusive=on_inconclusive,
+        )
+    artifacts = tuple(t.quantize for t in targets)
+    return dataclasses.replace(template, artifacts=artifacts, names=tuple(a.name for a in artifacts),
+                               exclusion=exclusion)  # fmt: skip
+
+
+def fastest_bench(bench: BenchTask, auto: AutoTarget, report: ReportTask) -> BenchTask:
+    """Objective "fastest": every candidate of the ladder that passes its gates, measured on this box."""
+    return bench_over(bench, auto.candidates, True, report.on_inconclusive)
 
 
 def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:

@@ -18,7 +18,18 @@ from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
 from edgekit.records import SourceFile
 
-STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "bench", "report", "bundle")
+STAGE_ORDER = (
+    "fetch",
+    "convert",
+    "imatrix",
+    "quantize",
+    "reference",
+    "validate",
+    "sensitivity",
+    "bench",
+    "report",
+    "bundle",
+)
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,27 @@ class ConvertTask(Task):
 
 
 @dataclass(frozen=True)
+class ImatrixTask(Task):
+    """An importance matrix of the converted model on the calibration text (`llama-imatrix`)."""
+
+    stage: ClassVar[str] = "imatrix"
+    converted: ConvertTask
+    calibration: EvalText
+    first_chunk: int  # chunks of `context` tokens skipped at the start of the text (the scored range)
+    chunks: int
+    context: int
+    tools: dict[str, Any]  # the llama.cpp tools build that computes it (its kernels)
+    source: str = field(default="", metadata=UNKEYED, compare=False)  # where the calibration text comes from
+
+    @property
+    def label(self) -> str:
+        return f"imatrix {self.chunks}×{self.context} tokens"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=threads, memory_mib=sized_by_model(self.converted.checkpoint, threads).memory_mib)
+
+
+@dataclass(frozen=True)
 class QuantizeTask(Task):
     stage: ClassVar[str] = "quantize"
     converted: ConvertTask
@@ -135,6 +167,8 @@ class QuantizeTask(Task):
     options: dict[str, Any]
     versions: dict[str, Any]
     calibration: EvalText | None = field(default=None, metadata=KEYED_IF_SET)
+    imatrix: ImatrixTask | None = field(default=None, metadata=KEYED_IF_SET)
+    tools: dict[str, Any] | None = field(default=None, metadata=KEYED_IF_SET)  # llama.cpp's tools, when they run
     name: str = field(default="", metadata=UNKEYED, compare=False)  # the artifact's name in the bundle
 
     @property
@@ -204,6 +238,7 @@ class BenchTask(Task):
     machine: str  # the fingerprint of the machine measured
     versions: dict[str, Any]
     exclusion: Exclusion | None = field(default=None, metadata=KEYED_IF_SET)
+    names: tuple[str, ...] = ()  # the artifacts' names: the figures are kept by name
 
     @property
     def label(self) -> str:
@@ -214,8 +249,38 @@ class BenchTask(Task):
 
 
 @dataclass(frozen=True)
+class SensitivityTask(Task):
+    """Report only: how much each layer of an artifact adds to its KLD.
+
+    One layer at a time is written at the artifact's own tensor types and every other tensor at Q8_0 (`base`),
+    scored on the first `windows` windows; a measurement projected over `budget_seconds` is skipped, with a note.
+    """
+
+    stage: ClassVar[str] = "sensitivity"
+    artifact: QuantizeTask
+    base: QuantizeTask
+    reference: ReferenceTask
+    windows: int
+    budget_seconds: float
+    method: int = 2  # the measurement and its result's form (bumped when either changes)
+
+    @property
+    def label(self) -> str:
+        return f"sensitivity {self.artifact.name}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Report only: the artifact without one lever (its importance matrix), validated on the same tokens."""
+
+    lever: str
+    quantize: QuantizeTask
+    validate: ValidateTask
+
+
+@dataclass(frozen=True)
 class TargetPlan:
-    """One [[targets]] entry as the bundle and the report need it."""
+    """One [[targets]] entry (or one candidate of a ladder) as the bundle and the report need it."""
 
     name: str
     backend: str
@@ -226,6 +291,33 @@ class TargetPlan:
     gate_sources: dict[str, str]
     quantize: QuantizeTask
     validate: ValidateTask | None
+    comparisons: tuple[Comparison, ...] = ()
+    sensitivity: SensitivityTask | None = None
+    label: str = ""  # a ladder candidate's scheme and options, "Q4_K_M+imatrix"
+
+    def tasks(self) -> list[Task]:
+        found: list[Task] = [self.quantize] + ([self.validate] if self.validate else [])
+        for c in self.comparisons:
+            found += [c.quantize, c.validate]
+        return found + ([self.sensitivity] if self.sensitivity else [])
+
+
+@dataclass(frozen=True)
+class AutoTarget:
+    """A target with scheme = "auto": a ladder of candidates, cheapest first, each a complete target plan.
+
+    The executor runs the candidates in order (`edgekit.executors.ladder`) and stops at the first that passes
+    every gate (objective "smallest"), or runs them all and benches those that pass (objective "fastest", `bench`).
+    """
+
+    name: str
+    backend: str
+    required: bool
+    note: str | None
+    position: int  # among the recipe's targets: the bundle keeps the recipe's order
+    objective: str
+    candidates: tuple[TargetPlan, ...]
+    bench: BenchTask | None = None
 
 
 @dataclass(frozen=True)
@@ -272,14 +364,16 @@ class BundleTask(Task):
     versions: dict[str, Any]
     report: ReportTask
     skipped: tuple[SkippedTarget, ...] = ()
+    auto: tuple[AutoTarget, ...] = ()  # ladders, settled into `targets` by `edgekit.executors.ladder`
 
     @property
     def label(self) -> str:
         return f"bundle {self.final}"
 
     def deps(self) -> tuple[Task, ...]:
+        """What runs before the ladders, if any, are settled (the bench waits for their winners)."""
         found: list[Task] = []  # the fetch itself only when something reads its checkpoint
         for t in self.targets:
-            found += [t.quantize] + ([t.validate] if t.validate else [])
-        found += [t for t in (self.reference, self.bench) if t is not None]
+            found += t.tasks()
+        found += [t for t in (self.reference, None if self.auto else self.bench) if t is not None]
         return tuple(found)

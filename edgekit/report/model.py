@@ -204,6 +204,7 @@ def build_report(
     artifacts: list[dict[str, Any]],
     bench: dict[str, Any] | None,
     versions: dict[str, Any],
+    levers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.name: t for t in targets}
     rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
@@ -219,4 +220,7 @@ def build_report(
         "artifacts": rows,
         "findings": order_findings(rows),
         "bench": bench,
+        "ladders": (levers or {}).get("ladders", []),
+        "comparisons": (levers or {}).get("comparisons", []),
+        "sensitivity": (levers or {}).get("sensitivity", []),
     }

@@ -9,6 +9,7 @@ import base64
 import json
 from typing import Any
 
+from edgekit.report.levers_view import levers_view
 from edgekit.report.text import fmt, fmt_ci, sample_size, type_mix_text, type_params
 
 # key, label, what it is, format ("g" significant digits, "%" percentage)
@@ -354,4 +355,5 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "bench": _bench_view(report.get("bench")),
         "gate_labels": GATE_LABELS,
         "fmt": fmt,
+        **levers_view(report),
     }

@@ -17,7 +17,15 @@ def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     options = backend.options_model.model_validate(task.options)
     converted = ctx.entry(task.converted).path
     calibration = task.calibration.text if task.calibration is not None else None
-    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, calibration)
+    extra: dict[str, Any] = {}
+    if task.imatrix is not None:  # only backends whose `levers()` ask for a matrix take it
+        imatrix = ctx.entry(task.imatrix)
+        extra["imatrix"] = imatrix.path / imatrix.result["path"]
+    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, calibration,
+                                        **extra)  # fmt: skip
+    if task.imatrix is not None:
+        recorded = {k: v for k, v in ctx.entry(task.imatrix).result.items() if k != "path"}
+        details["imatrix"] = {**recorded, "cache_key": task.imatrix.key, "written": details.get("imatrix", {})}
     return {"path": relpath, "details": details}
 
 
