@@ -8,6 +8,7 @@ produce it once. `entry.json` records the inputs, the result and every file's si
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-from edgekit.fsutil import fsync_dir, pid_alive, write_json_atomic
+from edgekit.fsutil import fsync_dir, write_json_atomic
 from edgekit.hashing import file_records
+from edgekit.memwatch import MemoryWatch
 
 CACHE_FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -84,9 +86,7 @@ class StageCache:
         """
         found = self.lookup(stage, key)
         if not found:
-            lock_dir = self.root / ".locks"
-            lock_dir.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(lock_dir / f"{stage}-{key}.lock")):
+            with self._lock(stage, key):
                 # another build may have produced it while we waited for the lock
                 found = self.lookup(stage, key) or self._produce(stage, key, inputs, produce)
         self.events.append((stage, key, found.reused))
@@ -97,10 +97,12 @@ class StageCache:
     ) -> CacheEntry:
         final = self.entry_path(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key[:16]}.pid{os.getpid()}.", suffix=".partial"))
+        # named by the full key: whoever finds it left behind can try its producer's lock (clean_partials)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}.pid{os.getpid()}.", suffix=".partial"))
         started = time.time()
         try:
-            result = produce(tmp) or {}
+            with MemoryWatch() as watch:
+                result = produce(tmp) or {}
             meta = {
                 "cache_format": CACHE_FORMAT,
                 "stage": stage,
@@ -108,6 +110,7 @@ class StageCache:
                 "inputs": inputs,
                 "result": result,
                 "seconds": round(time.time() - started, 3),
+                "memory": watch.peaks.as_mib(),  # of the whole build process tree while this ran
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "files": [r for r in file_records(tmp) if r["path"] != ENTRY_FILE],
             }
@@ -118,6 +121,16 @@ class StageCache:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return CacheEntry(stage, key, final, meta, reused=False)
+
+    def drop(self, stage: str, key: str) -> None:
+        """Remove an entry (one found damaged): renamed aside first, so no reader sees it half-deleted."""
+        final = self.entry_path(stage, key)
+        if not final.exists():
+            return
+        aside = final.with_name(f".{key[:16]}.pid{os.getpid()}.dropped.partial")
+        os.replace(final, aside)
+        fsync_dir(final.parent)
+        shutil.rmtree(aside, ignore_errors=True)
 
     @staticmethod
     def _publish(tmp: Path, final: Path) -> None:
@@ -134,15 +147,34 @@ class StageCache:
         except (OSError, KeyError, TypeError):
             return False
 
+    def _lock(self, stage: str, key: str, timeout: float = -1) -> FileLock:
+        """The lock a producer holds on entry `key` from before its temp folder exists until it is published."""
+        lock_dir = self.root / ".locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(lock_dir / f"{stage}-{key}.lock"), timeout=timeout)
+
     def clean_partials(self) -> int:
-        """Remove temp folders left by killed builds (their process is gone). Returns how many."""
+        """Remove temp folders left by killed builds. Returns how many.
+
+        A temp folder is abandoned when its producer's lock is free: the kernel drops a lock when the
+        process holding it dies. (A PID would not do: it may belong to another container's namespace,
+        or have been reused.) The folder is named by its entry's key; older edgekit versions named it by
+        the key's first 16 characters, so every lock of a key with that prefix must be free.
+        """
         removed = 0
         if not self.root.exists():
             return 0
         for tmp in self.root.glob("*/.*.partial"):
-            match = re.search(r"\.pid(\d+)\.", tmp.name)
-            if match and pid_alive(int(match.group(1))):
-                continue
-            shutil.rmtree(tmp, ignore_errors=True)
-            removed += 1
+            match = re.match(r"\.([0-9a-f]{16,64})\.", tmp.name)
+            candidates = (
+                sorted((self.root / ".locks").glob(f"{tmp.parent.name}-{match.group(1)}*.lock")) if match else []
+            )
+            with contextlib.ExitStack() as held:
+                try:
+                    for lock in candidates:  # held while the folder is removed: nobody starts producing meanwhile
+                        held.enter_context(FileLock(str(lock), timeout=0))
+                except Timeout:  # its producer is alive and still writing it
+                    continue
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed += 1
         return removed

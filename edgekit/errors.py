@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgekit.refmemory import MemoryPlan
 
 
 class ExitCode:
@@ -85,6 +89,22 @@ class SourceTokenizerError(SourceError):
         )
 
 
+class ReferenceMismatchError(UsageError):
+    """An imported reference was computed from other inputs than the recipe plans (`build --reference DIR`)."""
+
+    def __init__(self, source: Path, differences: list[tuple[str, str, str]]) -> None:
+        self.source = source
+        self.differences = differences
+        names = ", ".join(name for name, _, _ in differences)
+        detail = "; ".join(f"{name}: imported {old}, this recipe {new}" for name, old, new in differences)
+        super().__init__(
+            f"the reference in {source} was computed from other inputs than this recipe's: {names} "
+            f"differ{'s' if len(differences) == 1 else ''} ({detail})",
+            "export it again from this recipe (`edgekit reference RECIPE --export DIR` where it can run), or make "
+            "the recipe match the one it was computed for; nothing was built",
+        )
+
+
 class MissingDependencyError(EdgekitError):
     exit_code = ExitCode.ENVIRONMENT
 
@@ -103,12 +123,40 @@ class ToolchainError(EdgekitError):
 class DiskSpaceError(EdgekitError):
     exit_code = ExitCode.ENVIRONMENT
 
-    def __init__(self, path: Path, needed: int, free: int) -> None:
+    def __init__(self, path: Path, needed: int, free: int, hint: str | None = None) -> None:
         self.path, self.needed, self.free = path, needed, free
         super().__init__(
             f"not enough disk space in {path}: need {needed / 2**20:,.0f} MiB, {free / 2**20:,.0f} MiB free",
-            "free some space or point EDGEKIT_CACHE / the output directory at a larger disk; nothing was written",
+            hint
+            or "free some space or point EDGEKIT_CACHE / the output directory at a larger disk; nothing was written",
         )
+
+
+class ReferenceMemoryError(EdgekitError):
+    """The reference would need more memory than this process may allocate: stopped before it starts."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+    def __init__(self, plan: MemoryPlan, reason: str | None = None, can_stream: bool = True) -> None:
+        self.plan = plan
+        gib = 2**30
+        whole, stream = plan.full_bytes / gib, plan.stream_bytes / gib
+        needs = whole if plan.mode == "full" else stream
+        how = "the whole model" if plan.mode == "full" else "one layer at a time"
+        message = reason or (
+            f"not enough memory for the reference ({how}): it needs about {needs:.1f} GiB, and "
+            f"{plan.available.bytes / gib:.1f} GiB can be allocated ({plan.available.limited_by}); "
+            f"whole model {whole:.1f} GiB, streamed {stream:.1f} GiB"
+        )
+        ways = []
+        if can_stream and plan.mode == "full" and plan.stream_bytes <= plan.available.bytes and reason is None:
+            ways.append('set [validation] reference_memory = "stream" (one decoder layer at a time, same figures)')
+        ways += [
+            "compute it where memory or a GPU is: `edgekit reference RECIPE --export DIR` there (reference_device = "
+            '"cuda" on a GPU box), then `edgekit build RECIPE --reference DIR` here',
+            "or free memory / raise the limit",
+        ]
+        super().__init__(message, "; ".join(ways))
 
 
 class StageError(EdgekitError):
@@ -161,6 +209,32 @@ class IntegrityError(EdgekitError):
         )
 
 
+class CorruptCacheEntry(EdgekitError):
+    """Files of cached artifacts differ from the sha256 recorded when their entries were made."""
+
+    exit_code = ExitCode.INTEGRITY
+
+    def __init__(self, damaged: list[dict[str, str]]) -> None:
+        self.damaged = damaged  # {artifact, key, file, recorded_sha256, found_sha256}
+        listed = "; ".join(f"{d['artifact']}: {d['file']}" for d in damaged[:10])
+        super().__init__(
+            f"cached artifacts differ from the sha256 recorded when they were made ({listed}), again after "
+            "rebuilding them",
+            "the disk under EDGEKIT_CACHE is corrupting files: check it (SMART, dmesg), or move the cache elsewhere",
+        )
+
+
+class NotABundleError(UsageError):
+    """The path given as a bundle is not one (nothing there, not a folder, no manifest.json): a bad argument."""
+
+    def __init__(self, path: Path, why: str = "no manifest.json") -> None:
+        self.path = path
+        super().__init__(
+            f"no edgekit bundle at {path} ({why})",
+            "give the folder `edgekit build` wrote (dist/<name>/ by default), the one holding manifest.json",
+        )
+
+
 class SignatureError(EdgekitError):
     exit_code = ExitCode.INTEGRITY
 
@@ -179,3 +253,48 @@ class BenchError(EdgekitError):
     """A benchmark measurement failed (its worker process crashed, timed out or printed no result)."""
 
     exit_code = ExitCode.RUNTIME
+
+
+class TrustError(SignatureError):
+    """A bundle the box's trust policy refuses: unsigned, signed by a key it does not trust, or not what was signed."""
+
+
+class TrustPolicyError(EdgekitError):
+    """The box's trust policy itself cannot be read (a missing folder named by EDGEKIT_TRUST_DIR, a bad key file)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class PackError(EdgekitError):
+    """An .edgekit pack that is damaged or forged: refused while it is unpacked, before anything is switched."""
+
+    exit_code = ExitCode.INTEGRITY
+
+    def __init__(self, pack: str, problem: str) -> None:
+        self.pack, self.problem = pack, problem
+        super().__init__(
+            f"pack {pack}: {problem}; nothing was installed",
+            "copy the pack again from the build machine (compare its sha256 with what `edgekit pack` printed)",
+        )
+
+
+class DiskFullError(EdgekitError):
+    """A write failed for want of space although the check before it passed (something else filled the disk)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class DowngradeError(EdgekitError):
+    exit_code = ExitCode.BAD_INPUT
+
+
+class SmokeTestError(EdgekitError):
+    """The box decodes the build's smoke-test prompts to other tokens than the build machine did."""
+
+    exit_code = ExitCode.RUNTIME
+
+
+class InstallError(EdgekitError):
+    """An install root that cannot take an install or a rollback now (busy, nothing to roll back to)."""
+
+    exit_code = ExitCode.BAD_INPUT

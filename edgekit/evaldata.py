@@ -12,9 +12,13 @@ has at least half a window of context.
 
 Multiple-choice task files are JSONL, one item per line:
     {"context": "The capital of France is", "choices": [" Paris", " Rome"], "answer": 0}
-Choices are appended to the context verbatim (put the leading space in the choice). Each choice is
-scored by the summed log-likelihood of its tokens given the context, as lm-evaluation-harness does
-(`acc`); `acc_norm` divides by the choice's length in bytes.
+Choices are appended to the context verbatim (put the leading space in the choice). Each pair is
+tokenized as lm-evaluation-harness does (`_encode_pair`): trailing whitespace of the context moves to the
+continuation, context + continuation are tokenized together, and the continuation's tokens are what
+follows the context's own tokens; an empty context is the tokenizer's prefix token (BOS, else EOS), so
+the first continuation token is predicted from it, never from another position. Each choice is scored by
+the summed log-likelihood of its tokens given the context (`acc`); `acc_norm` divides by the choice's
+length in bytes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +124,15 @@ class TokenIds:
 
 
 @dataclass(frozen=True)
+class Prompt:
+    """A short prompt as a chat model's template renders it, for greedy completions in the report."""
+
+    text: str
+    ids: tuple[int, ...]
+    stop: tuple[int, ...]  # end-of-turn token ids: a completion stops there
+
+
+@dataclass(frozen=True)
 class EvalPlan:
     """The scored data of a build, resolved once: the text, its token ids, windows, cloze items and tasks."""
 
@@ -129,6 +143,7 @@ class EvalPlan:
     cloze: tuple[ClozeItem, ...]
     cloze_settings: dict[str, object]
     tasks: tuple[ChoiceTask, ...]
+    prompts: tuple[Prompt, ...] = ()  # empty when the model has no chat template
 
     @property
     def windows(self) -> Windows:
@@ -143,7 +158,27 @@ class EvalPlan:
             "cloze": self.cloze_settings,
             "cloze_items": hashlib.sha256(repr([(c.window, c.start, c.end) for c in self.cloze]).encode()).hexdigest(),
             "tasks": [[t.name, t.sha256, hashlib.sha256(repr(t.items).encode()).hexdigest()] for t in self.tasks],
+            "prompts": hashlib.sha256(repr(self.prompts).encode()).hexdigest(),
         }
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Token ids [start, end) of a text's token stream, for one data-aware target."""
+
+    origin: str  # the text as the recipe names it
+    text_sha256: str
+    start: int
+    end: int
+    ids: TokenIds
+
+    def key_form(self) -> dict[str, Any]:
+        return {"text_sha256": self.text_sha256, "range": [self.start, self.end], "ids": self.ids.key_form()}
+
+    def record(self) -> dict[str, Any]:
+        """How the manifest and the sign-off describe it."""
+        return {"text": self.origin, "text_sha256": self.text_sha256, "token_range": [self.start, self.end],
+                "ids_sha256": self.ids.key_form()["sha256"]}  # fmt: skip
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -235,7 +270,23 @@ def cloze_correct(items: list[ClozeItem], window: int, ids: np.ndarray, argmax: 
     ]
 
 
-def multiple_choice_task(path: Path, tokenize: Tokenize, max_context_tokens: int) -> ChoiceTask:
+def encode_pair(context: str, continuation: str, tokenize: Tokenize, prefix: int | None) -> tuple[list[int], list[int]]:
+    """Context and continuation ids as lm-evaluation-harness's `_encode_pair` makes them."""
+    if not context:
+        if prefix is None:
+            raise SourceError("an empty context needs a BOS or EOS token to condition on", "give every item a context")
+        return [prefix], tokenize(continuation)
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole = tokenize(context + continuation)
+    context_ids = tokenize(context)
+    return context_ids, whole[len(context_ids) :]
+
+
+def multiple_choice_task(
+    path: Path, tokenize: Tokenize, max_context_tokens: int, prefix: int | None = None
+) -> ChoiceTask:
     items = []
     raw = path.read_text(encoding="utf-8")
     for line_no, line in enumerate(raw.splitlines(), 1):
@@ -255,10 +306,13 @@ def multiple_choice_task(path: Path, tokenize: Tokenize, max_context_tokens: int
                 f"{path}:{line_no}: not a multiple-choice item ({exc})",
                 'each line must be {"context": str, "choices": [str, ...], "answer": int}',
             ) from None
-        ctx_ids = tokenize(context)[-max_context_tokens:]
         group = len({i.group for i in items})
         for c_index, choice in enumerate(choices):
-            cont = tokenize(choice)
+            ctx_ids, cont = encode_pair(context, choice, tokenize, prefix)
+            ctx_ids = ctx_ids[-max_context_tokens:]
+            if not cont:
+                raise SourceError(f"{path}:{line_no}: choice {c_index} adds no token to the context",
+                                  "make every choice at least one token long")  # fmt: skip
             items.append(TaskItem(tuple(ctx_ids + cont), len(ctx_ids), group, c_index, answer, len(choice.encode())))
     if not items:
         raise SourceError(f"{path}: no items", "add JSONL lines with context, choices and answer")
@@ -274,6 +328,8 @@ class ItemScore:
 def score_item(item: TaskItem, logits: np.ndarray) -> ItemScore:
     from edgekit.metrics import log_softmax
 
+    if item.split < 1:  # the first continuation token needs a position before it (the prefix token at least)
+        raise ValueError("a task item needs at least one context token")
     cont = np.asarray(item.ids[item.split :], dtype=np.int64)
     positions = np.arange(item.split - 1, len(item.ids) - 1)
     logp = log_softmax(logits[positions])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -57,14 +58,14 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def ensure_free_space(path: Path, needed: int) -> None:
-    """Raise before writing `needed` bytes under `path` if the disk cannot take them."""
+def ensure_free_space(path: Path, needed: int, *, margin: int = DISK_MARGIN, hint: str | None = None) -> None:
+    """Raise before writing `needed` bytes under `path` if the disk cannot take them (and keep `margin` free)."""
     probe = path
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
-    if free - needed < DISK_MARGIN:
-        raise DiskSpaceError(probe, needed + DISK_MARGIN, free)
+    if free - needed < margin:
+        raise DiskSpaceError(probe, needed + margin, free, hint)
 
 
 @contextlib.contextmanager
@@ -74,11 +75,14 @@ def staging_dir(final: Path) -> Iterator[Path]:
     Replacing an existing `final` is one atomic exchange on Linux (`renameat2(RENAME_EXCHANGE)`): at
     every instant `final` is either the complete old folder or the complete new one, even if the
     process is killed. Elsewhere it falls back to two renames, and the next call puts a previous
-    folder back if a kill fell between them. Temp folders of killed processes are removed.
+    folder back if a kill fell between them. Temp folders of killed processes are removed: the process
+    staging a folder holds its lock (`flock`), which the kernel drops when the process dies.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
-    _recover_staging(final)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.pid{os.getpid()}.", suffix=".partial"))
+    with holding(final.parent):  # recovery, and a new temp folder locked before anyone else can see it unlocked
+        _recover_staging(final)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.pid{os.getpid()}.", suffix=".partial"))
+        held = lock_folder(tmp)
     try:
         yield tmp
         fsync_dir(tmp)
@@ -86,6 +90,8 @@ def staging_dir(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
 
 
 def swap_in(tmp: Path, final: Path) -> None:
@@ -101,22 +107,66 @@ def swap_in(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         return
     old = final.with_name(f".{final.name}.pid{os.getpid()}.old")
-    os.replace(final, old)
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
+    held = lock_folder(final) if final.is_dir() and not final.is_symlink() else None
+    try:
+        os.replace(final, old)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    finally:
+        if held is not None:
+            os.close(held)
     shutil.rmtree(old, ignore_errors=True)
 
 
 def _recover_staging(final: Path) -> None:
     """Undo what killed `staging_dir` calls left beside `final`: restore a previous folder, drop temp folders."""
     for leftover in sorted(final.parent.glob(f".{glob.escape(final.name)}.pid*")):
-        match = re.fullmatch(rf"\.{re.escape(final.name)}\.pid(\d+)\.(?:.*\.partial|old)", leftover.name)
-        if not match or pid_alive(int(match.group(1))):
+        match = re.fullmatch(rf"\.{re.escape(final.name)}\.pid\d+\.(?:.*\.partial|old)", leftover.name)
+        if not match or not abandoned(leftover):
             continue
         if leftover.name.endswith(".old") and not final.exists():
             os.replace(leftover, final)  # killed between the fallback's two renames: the old folder is complete
         else:
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def lock_folder(path: Path, *, wait: bool = True) -> int | None:
+    """Lock folder `path` (flock); return the descriptor that holds the lock until it is closed.
+
+    None when another process holds it and `wait` is false. The kernel drops the lock when its holder
+    dies, whatever PID namespace it ran in, so a free lock means the folder's producer is gone.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def holding(path: Path) -> Iterator[None]:
+    fd = lock_folder(path)
+    try:
+        yield
+    finally:
+        os.close(fd)  # type: ignore[arg-type]
+
+
+def abandoned(path: Path) -> bool:
+    """True when no live process holds `path`'s lock: its producer died (or it is not a folder at all)."""
+    try:
+        fd = lock_folder(path, wait=False)
+    except OSError:  # gone, a link or a file: nothing holds it
+        return True
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 _RENAME_EXCHANGE = 2
@@ -140,13 +190,3 @@ def exchange_paths(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):  # old kernel, or a filesystem without it
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -7,16 +7,19 @@ inconclusive, never a pass.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from edgekit.metrics import Estimate
 
-# gate name → (metric, direction): "max" passes when the metric is at most the threshold.
+# gate name → (metric, direction): "max" passes when the metric is at most the threshold. The p99 gate
+# judges the exact coarse-grained KLD: the sampled-tail per-token KLD is an estimate whose noise inflates
+# quantiles and is not in their interval (see edgekit.metrics).
 GATE_METRICS: dict[str, tuple[str, str]] = {
     "kld_mean_max": ("kld_mean", "max"),
-    "kld_p99_max": ("kld_p99", "max"),
+    "kld_p99_max": ("kld_coarse_p99", "max"),
     "ppl_ratio_max": ("ppl_ratio", "max"),
     "top1_min": ("top1", "min"),
     "task_drop_max": ("task_drop", "max"),
@@ -58,6 +61,21 @@ def judge(estimate: Estimate, threshold: float, direction: str) -> str:
     return "fail" if high < threshold else "inconclusive"
 
 
+def sample_to_decide(estimate: Estimate, threshold: float) -> int | None:
+    """The sample size at which an inconclusive gate would be decided were the observed value to hold.
+
+    An interval's half-width shrinks as 1/√n: the side facing the threshold clears it once
+    n' = n · (half-width / distance to the threshold)². None when the value sits on the threshold.
+    """
+    if estimate.low is None or estimate.high is None or estimate.n <= 0:
+        return None
+    gap = abs(threshold - estimate.value)
+    if not math.isfinite(gap) or gap == 0:
+        return None
+    width = estimate.high - estimate.value if estimate.value < threshold else estimate.value - estimate.low
+    return max(estimate.n + 1, math.ceil(round(estimate.n * (width / gap) ** 2, 6)))
+
+
 def overall_verdict(checks: list[dict[str, Any]]) -> str:
     verdicts = {c["verdict"] for c in checks}
     if "fail" in verdicts:
@@ -81,19 +99,7 @@ def judge_artifact(result: dict[str, Any], gates: Gates) -> dict[str, Any]:
             continue
         metric, direction = GATE_METRICS[gate]
         for label, est in _estimates(result, metric):
-            e = Estimate(est["value"], est["ci95"][0], est["ci95"][1], est["n"])
-            checks.append(
-                {
-                    "gate": gate,
-                    "metric": label,
-                    "threshold": threshold,
-                    "direction": direction,
-                    "value": e.value,
-                    "ci95": [e.low, e.high],
-                    "n": e.n,
-                    "verdict": judge(e, threshold, direction),
-                }
-            )
+            checks.append(_check(gate, label, threshold, direction, est))
     if not checks:
         # No threshold means nothing was checked: that is not a pass.
         return {
@@ -104,6 +110,26 @@ def judge_artifact(result: dict[str, Any], gates: Gates) -> dict[str, Any]:
     return {"checks": checks, "verdict": overall_verdict(checks), "reasons": _reasons(checks)}
 
 
+def _check(gate: str, metric: str, threshold: float, direction: str, est: dict[str, Any]) -> dict[str, Any]:
+    e = Estimate(est["value"], est["ci95"][0], est["ci95"][1], est["n"], est.get("unit", "tokens"))
+    check = {
+        "gate": gate,
+        "metric": metric,
+        "threshold": threshold,
+        "direction": direction,
+        "value": e.value,
+        "ci95": [e.low, e.high],
+        "n": e.n,
+        "unit": e.unit,
+        "verdict": judge(e, threshold, direction),
+    }
+    if est.get("level") is not None:
+        check["level"] = est["level"]
+    if check["verdict"] == "inconclusive":
+        check["n_to_decide"] = sample_to_decide(e, threshold)
+    return check
+
+
 def counts_as_failed(verdict: str, on_inconclusive: str) -> bool:
     return verdict == "fail" or (verdict == "inconclusive" and on_inconclusive == "fail")
 
@@ -112,10 +138,19 @@ def _reasons(checks: list[dict[str, Any]]) -> list[str]:
     reasons = []
     for c in checks:
         low, high = c["ci95"]
-        span = f"95% CI {low:.4g}–{high:.4g}, n={c['n']}" if low is not None else f"n={c['n']}"
+        level = f"{100 * c.get('level', 0.95):.4g}%"
+        span = f"{level} CI {low:.4g}–{high:.4g}, n={c['n']}" if low is not None else f"n={c['n']}"
         if c["verdict"] == "fail":
             sign = ">" if c["direction"] == "max" else "<"
             reasons.append(f"{c['metric']} = {c['value']:.4g} ({span}) {sign} {c['threshold']:g}")
         elif c["verdict"] == "inconclusive":
-            reasons.append(f"{c['metric']} = {c['value']:.4g}: its {span} straddles the threshold {c['threshold']:g}")
+            more = c.get("n_to_decide")
+            decide = (
+                f"; about {more:,} {c.get('unit', 'tokens')} would decide it at this effect"
+                if more
+                else "; the value sits on the threshold"
+            )
+            reasons.append(
+                f"{c['metric']} = {c['value']:.4g}: its {span} straddles the threshold {c['threshold']:g}{decide}"
+            )
     return reasons

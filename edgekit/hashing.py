@@ -35,3 +35,13 @@ def file_records(root: Path) -> list[dict[str, Any]]:
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     base = root.parent if root.is_file() else root
     return [{"path": p.relative_to(base).as_posix(), "size": p.stat().st_size, "sha256": sha256_file(p)} for p in files]
+
+
+def copy_hashed(src: Path, dst: Path) -> str:
+    """Copy `src` to `dst` and return the sha256 of the bytes written, read once."""
+    digest = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(CHUNK):
+            digest.update(chunk)
+            fout.write(chunk)
+    return digest.hexdigest()

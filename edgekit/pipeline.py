@@ -7,28 +7,36 @@ is staged beside its final place and swapped in whole at the end.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit import stagelog
 from edgekit.cache import CacheEntry, StageCache
-from edgekit.errors import GateFailure
-from edgekit.executors.base import Executor, TaskEvent, Tools
-from edgekit.executors.ladder import LadderOutcome, run_ladder, settle
+from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
+from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
+from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
 from edgekit.gates import counts_as_failed, judge_artifact
 from edgekit.levers import lever_figures
+from edgekit.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
 from edgekit.progress import Progress
 from edgekit.recipe import Recipe
 from edgekit.records import Artifact
+from edgekit.repair import repair
 from edgekit.report.model import build_report
 from edgekit.report.render import write_reports
 from edgekit.stages import bundle, fetch, quantize
 from edgekit.stages.reference import load_reference, noise_floor_metrics
+from edgekit.stages.reference_transfer import import_reference
 
 STAGE_GROUPS = {"convert": "convert+quantize", "quantize": "convert+quantize"}
 
@@ -44,6 +52,7 @@ class BuildResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
+    repairs: list[dict[str, Any]] = field(default_factory=list)  # damaged cache entries dropped and rebuilt
     ladders: dict[str, str] = field(default_factory=dict)  # per auto target: why its candidate was kept
 
 
@@ -67,12 +76,43 @@ def build(
     command: str = "edgekit build",
     threads: int | None = None,
     executor: Executor | None = None,
+    reference_dir: Path | None = None,
 ) -> BuildResult:
+    """`reference_dir`: a reference exported by `edgekit reference --export`, imported when it is the one planned."""
     started = time.time()
-    final = output_path(recipe, out_dir, project or Path.cwd())
-    plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None, threads=threads,
-                     command=command)  # fmt: skip
-    return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started)
+    with build_log(cache) as log:  # planning, bundling and helper threads: the build's own log
+        final = output_path(recipe, out_dir, project or Path.cwd())
+        plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None,
+                         threads=threads, command=command)  # fmt: skip
+        progress.log(f"plan: {len(plan.tasks) + 1} tasks ({time.time() - started:.1f} s)")
+        warn_notices(progress, "plan", log)
+        if reference_dir is not None:
+            if plan.reference is None:
+                raise UsageError("--reference was given, but this recipe has [validation] enabled = false")
+            import_reference(reference_dir, cache, plan.reference)
+        return build_plan(plan, cache=cache, progress=progress, executor=executor, started=started, build_log=log)
+
+
+@contextlib.contextmanager
+def build_log(cache: StageCache) -> Iterator[stagelog.Capture]:
+    """What other libraries print outside a stage (planning, bundling): a nameless temp file (bad input writes
+    nothing in the cache, a killed build leaves nothing), copied into the bundle's logs/ by a build; kept in the
+    cache's logs/ when the command fails after its input was accepted."""
+    with stagelog.capture() as log:
+        try:
+            yield log
+        except BaseException as exc:
+            if getattr(exc, "exit_code", None) != ExitCode.BAD_INPUT and cache.root.is_dir():
+                kept = cache.root / FAILED_LOGS / f"build-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+                stagelog.keep(exc, kept, {"build.log": log.text()})
+            raise
+
+
+def warn_notices(progress: Progress, where: str, log: stagelog.Capture) -> None:
+    """Show the warnings that matter found in `log` so far, once each."""
+    for notice in log.notices:
+        progress.warn(f"{where}: {notice}")
+    log.notices.clear()
 
 
 def build_plan(
@@ -82,23 +122,36 @@ def build_plan(
     progress: Progress,
     executor: Executor | None = None,
     started: float | None = None,
+    build_log: stagelog.Capture | None = None,
 ) -> BuildResult:
     started = started or time.time()
     task = plan.bundle
     cache.clean_partials()
     tools = Tools(cache, task.threads, plan.llama_cpp_dir)
     executor = executor or LocalExecutor(tools, progress)
-    entries = executor.run(plan.tasks)
-    ladders = {auto.name: run_ladder(executor, auto, entries, progress) for auto in task.auto}
-    if ladders:
-        task = settle(task, ladders)
-        entries.update(executor.run(task.deps(), known=entries))
-    outcome = judge(task, entries, ladders)
-    if outcome.excluded and len(outcome.excluded) == len(task.targets):
-        raise GateFailure(outcome.excluded, None)
+    with MemoryWatch() as watch:
+        entries = executor.run(plan.tasks)
+        plan, ladders = run_ladders(plan, executor, entries, progress)
+    task = plan.bundle
+    repairs: list[dict[str, Any]] = []
     bundle_started = time.time()
-    with progress.task(f"bundle  {task.final}"):
-        assemble(task, entries, outcome, ladders)
+    progress.stage_started(task.label)
+    for attempt in (1, 2):
+        outcome = judge(task, entries, ladders)
+        if outcome.excluded and len(outcome.excluded) == len(task.targets):
+            raise GateFailure(outcome.excluded, None)
+        try:
+            with progress.task(f"bundle  {task.final}"):
+                assemble(task, entries, outcome, Extras(repairs, memory_record(plan, entries, watch),
+                         _log_folders(plan, entries), build_log.text() if build_log else None, ladders))  # fmt: skip
+            break
+        except CorruptCacheEntry as damaged:
+            if attempt == 2:  # rebuilt entries differ again: the disk, not the cache
+                raise
+            entries, repairs = repair(plan, entries, damaged.damaged, cache, executor, progress)
+    if build_log is not None:
+        warn_notices(progress, "bundle", build_log)
+    progress.stage_finished(task.label, time.time() - bundle_started, reused=False)
     events = executor.events
     return BuildResult(
         bundle=Path(task.final),
@@ -110,6 +163,7 @@ def build_plan(
         reused=_reused(events),
         skipped={t.name: t.reason for t in task.skipped},
         events=list(events),
+        repairs=repairs,
         ladders={name: ladder.reason for name, ladder in ladders.items()},
     )
 
@@ -143,9 +197,33 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry], ladders: dict[str, L
     )
 
 
-def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
-             ladders: dict[str, LadderOutcome] | None = None) -> None:  # fmt: skip
+def _log_folders(plan: Plan, entries: dict[str, CacheEntry]) -> dict[str, Path]:
+    """Each task's entry folder (where its logs are) under a name for the bundle's logs/: `quantize-gguf-Q8_0`."""
+    folders: dict[str, Path] = {}
+    for task in plan.tasks:
+        if task.key not in entries:
+            continue
+        what = task.label.removeprefix(task.stage).strip()
+        name = task.stage if not what or re.search(r"[/:\\]", what) else f"{task.stage}-{what}"
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+        folders[name if name not in folders else f"{name}-{task.key[:12]}"] = entries[task.key].path
+    return folders
+
+
+@dataclass
+class Extras:
+    """What the report says besides the artifacts' figures."""
+
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, Any] | None = None
+    logs: dict[str, Path] = field(default_factory=dict)
+    build_log: str | None = None
+    ladders: dict[str, LadderOutcome] = field(default_factory=dict)
+
+
+def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome, extras: Extras | None = None) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
+    extras = extras or Extras()
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
     artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
     kept = [a for a in artifacts if a.name not in outcome.excluded]
@@ -153,6 +231,7 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
     runtime = bundle.runtime_values(task, kept, outcome.verdicts, bench)
     with staging_dir(Path(task.final)) as tmp:
         records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
+        bundle.add_ship_files(tmp, task, records, entries, bench, runtime["artifact"])
         reference, noise = _reference_summary(task, entries)
         report = build_report(
             task.report,
@@ -163,9 +242,12 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
             artifacts=_report_rows(task, records, artifacts, outcome),
             bench=bench,
             versions=task.versions,
-            levers=lever_figures(task, entries, ladders or {}),
+            levers=lever_figures(task, entries, extras.ladders),
+            repairs=extras.repairs,
+            memory=extras.memory,
         )
         write_reports(tmp, report)
+        bundle.stage_logs(tmp, extras.logs, extras.build_log)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
 
 
@@ -181,7 +263,7 @@ def _reference_summary(task: BundleTask, entries: dict[str, CacheEntry]) -> tupl
         return None, None
     entry = entries[task.reference.key]
     ref = load_reference(task.reference, entry)
-    meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor")}
+    meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor", "completions")}
     meta.update(cache_key=entry.key, reused=entry.reused)
     return meta, noise_floor_metrics(ref, task.report.bootstrap)
 
@@ -218,6 +300,24 @@ def _report_rows(
                      "verdict": "not built", "reasons": [skipped.reason], "metrics": None,
                      "excluded": True})  # fmt: skip
     return rows
+
+
+def memory_record(plan: Plan, entries: dict[str, CacheEntry], watch: MemoryWatch) -> dict[str, Any]:
+    """Peak resident memory per stage (the largest over its tasks, as measured when each entry was made) and of
+    this build's process tree."""
+    stages: dict[str, dict[str, Any]] = {}
+    for t in plan.tasks:
+        entry = entries.get(t.key)
+        measured = entry.meta.get("memory") if entry is not None else None
+        if not measured:
+            continue
+        row = stages.setdefault(t.stage, {"tasks": 0, "reused": True})
+        row["tasks"] += 1
+        row["reused"] = row["reused"] and entry.reused
+        for name, value in measured.items():
+            row[name] = max(row.get(name, 0), value)
+    build = {**watch.peaks.as_mib(), **max_rss_mib()}
+    return {"sampled_every_seconds": INTERVAL_SECONDS, "stages": stages, "build": build}
 
 
 def _stage_seconds(events: list[TaskEvent]) -> dict[str, float]:

@@ -22,24 +22,25 @@ if TYPE_CHECKING:
 
 
 def check_eval_files(recipe: Recipe) -> list[RecipeProblem]:
-    """The validation text is a readable UTF-8 file; every task file is well-formed JSONL."""
+    """The validation and calibration texts are readable UTF-8 files; every task file is well-formed JSONL."""
     from edgekit.evaldata import load_text, multiple_choice_task
 
     cfg = recipe.spec.validation
-    if not cfg.enabled:
-        return []
     problems: list[RecipeProblem] = []
     entries = [("validation.text", cfg.text)] + [(f"validation.tasks[{i}]", t) for i, t in enumerate(cfg.tasks)]
+    entries = entries if cfg.enabled else []
+    if recipe.spec.calibration.text is not None:
+        entries.append(("calibration.text", recipe.spec.calibration.text))
     for key, value in entries:
         try:
             path = resolve_path(value, recipe.base_dir)
             if not path.is_file():
                 raise SourceError(f"{value}: not a file ({path})", "point it at a text file")
-            if key == "validation.text":
+            if key.endswith(".text"):
                 if not load_text(value, recipe.base_dir).text.strip():
                     raise SourceError(f"{value}: the eval text is empty", "point it at a longer text")
             else:
-                multiple_choice_task(path, lambda text: [], 1)  # structure only; tokenized later
+                multiple_choice_task(path, lambda text: list(text.encode()), 1, 0)  # structure only: bytes as ids
         except SourceError as exc:
             problems.append(RecipeProblem(key, exc.message + (f"; {exc.hint}" if exc.hint else "")))
         except UnicodeDecodeError as exc:

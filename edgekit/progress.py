@@ -1,12 +1,22 @@
-"""Progress display. Stages talk to a small `Progress` interface; the CLI supplies a rich one."""
+"""Progress display. Stages talk to a small `Progress` interface; the CLI supplies a rich one or a plain one.
+
+A stage (one task of the plan) starts and finishes (`stage_started`, `stage_finished`, or one
+`stage_finished(reused=True)` when the cache had it); inside it, steps (`task`) may show a bar; `warn`
+is a warning that matters, one line (the other libraries' output is in the stage's log file, see
+`edgekit.stagelog`). `RichProgressReporter` draws live bars on a terminal; `PlainProgressReporter`
+writes one plain line per stage start and end, for pipes, CI logs and dumb terminals.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,6 +38,14 @@ class Progress(Protocol):
 
     def log(self, message: str) -> None: ...
 
+    def stage_started(self, label: str) -> None: ...
+
+    def stage_finished(self, label: str, seconds: float, *, reused: bool, made_seconds: float | None = None) -> None:
+        """`seconds` in this build; for a reused stage, `made_seconds` is what it took when it was made."""
+        ...
+
+    def warn(self, message: str) -> None: ...
+
 
 class _NullTask:
     def advance(self, amount: float = 1) -> None:
@@ -37,11 +55,16 @@ class _NullTask:
         pass
 
 
+def reuse_text(label: str, made_seconds: float | None) -> str:
+    return f"{label}: reused from the cache" + (f" (it took {made_seconds:.0f} s to make)" if made_seconds else "")
+
+
 class SilentProgress:
-    """For library use and tests: records log lines, shows nothing."""
+    """For library use and tests: records log lines, stage events and warnings, shows nothing."""
 
     def __init__(self) -> None:
         self.messages: list[str] = []
+        self.warnings: list[str] = []
 
     @contextlib.contextmanager
     def task(self, description: str, total: float | None = None) -> Iterator[Task]:
@@ -50,6 +73,15 @@ class SilentProgress:
 
     def log(self, message: str) -> None:
         self.messages.append(message)
+
+    def stage_started(self, label: str) -> None:
+        self.messages.append(f"{label}: started")
+
+    def stage_finished(self, label: str, seconds: float, *, reused: bool, made_seconds: float | None = None) -> None:
+        self.messages.append(reuse_text(label, made_seconds) if reused else f"{label}: done")
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
 
 
 class _RichTask:
@@ -76,6 +108,9 @@ class RichProgressReporter:
             TimeElapsedColumn(),
             console=self.console,
             transient=False,
+            # Stray writes to stdout/stderr during a build go to the stage's log (edgekit.stagelog), not here.
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
 
     def __enter__(self) -> RichProgressReporter:
@@ -91,7 +126,7 @@ class RichProgressReporter:
         if not getattr(self, "_started", True):
             self._progress.start()
             self._started = True
-        task_id = self._progress.add_task(description, total=total)
+        task_id = self._progress.add_task(escape(description), total=total)
         try:
             yield _RichTask(self._progress, task_id)
         finally:
@@ -102,4 +137,54 @@ class RichProgressReporter:
                 self._progress.stop_task(task_id)
 
     def log(self, message: str) -> None:
-        self._progress.console.log(message)
+        self._progress.console.log(escape(message))
+
+    def stage_started(self, label: str) -> None:
+        pass  # its steps show as they start
+
+    def stage_finished(self, label: str, seconds: float, *, reused: bool, made_seconds: float | None = None) -> None:
+        if reused:
+            self.log(reuse_text(label, made_seconds))
+
+    def warn(self, message: str) -> None:
+        self._progress.console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+
+class PlainProgressReporter:
+    """One plain line per stage start and end, with the time and how long it took: for pipes and CI logs.
+
+    Give it a console made for plain output (no colour, no terminal control): see `edgekit.cli.common`.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> PlainProgressReporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            self.console.print(f"{time.strftime('%H:%M:%S')} {text}", markup=False, highlight=False, soft_wrap=True)
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: float | None = None) -> Iterator[Task]:
+        yield _NullTask()  # steps inside a stage: only its start and end are written
+
+    def log(self, message: str) -> None:
+        self._line(message)
+
+    def stage_started(self, label: str) -> None:
+        self._line(f"start  {label}")
+
+    def stage_finished(self, label: str, seconds: float, *, reused: bool, made_seconds: float | None = None) -> None:
+        if reused:
+            self._line(f"reused {label}" + (f" (it took {made_seconds:.0f} s to make)" if made_seconds else ""))
+            return
+        self._line(f"done   {label}  {seconds:.1f} s")
+
+    def warn(self, message: str) -> None:
+        self._line(f"warning: {message}")

@@ -6,6 +6,7 @@ what was expected and, for a misspelt key or value, the nearest valid one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import stat
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from edgekit.errors import RecipeError, RecipeProblem
 from edgekit.gates import Gates
+from edgekit.recipe_checks import contradictions
 from edgekit.recipe_problems import NAME_PATTERN, problems_from
 from edgekit.recipe_targets import AUTO, Target, resolve_targets
 from edgekit.runtime.bench.settings import BenchOptions
@@ -121,6 +123,15 @@ class ClozeTask(_Section):
     min_word_chars: int = Field(3, ge=1, le=20)
 
 
+DEFAULT_PROMPTS = (
+    "What is the capital of France?",
+    "Name three colours of the rainbow.",
+    "Write one sentence about the sea.",
+    "What is 12 plus 7?",
+    "Give a word that means the same as happy.",
+)
+
+
 class ValidationSection(_Section):
     enabled: bool = True
     text: str = "pkg://edgekit/data/botchan.txt"
@@ -129,6 +140,9 @@ class ValidationSection(_Section):
     reference_device: Literal["auto", "cpu", "cuda"] = "auto"
     reference_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     noise_floor_dtype: Literal["none", "float32", "float16", "bfloat16"] = "bfloat16"
+    reference_memory: Literal["auto", "stream", "full"] = Field(
+        "auto", description="stream: one decoder layer at a time (same figures, bounded memory); full: whole model"
+    )
     top_k: int = Field(64, ge=1, le=1024, description="reference probabilities kept per token")
     tail_samples: int = Field(64, ge=0, le=1024, description="tokens sampled from the reference's tail")
     bootstrap_resamples: int = Field(1000, ge=100, le=100_000)
@@ -136,14 +150,36 @@ class ValidationSection(_Section):
     seed: int = 0
     cloze: ClozeTask = ClozeTask()
     tasks: tuple[str, ...] = Field((), description="JSONL multiple-choice task files")
+    prompts: tuple[Annotated[str, Field(min_length=1, max_length=1000)], ...] = Field(
+        DEFAULT_PROMPTS,
+        max_length=20,
+        description="short prompts: for a chat model, the report compares greedy completions of the reference and "
+        "each artifact",
+    )
     gates: Gates | None = None
     on_inconclusive: Literal["warn", "fail"] = "warn"
+    decide: bool = Field(
+        False,
+        description="evaluate in looks, up to max_tokens, until every gate is decided (intervals widened for the "
+        "repeated looks)",
+    )
+    looks: int = Field(4, ge=2, le=64, description="decide: the most looks; each interval is at level 1 - 0.05/looks")
 
     @model_validator(mode="after")
     def _context_fits(self) -> ValidationSection:
         if self.context_length > self.max_tokens:
             raise ValueError(f"context_length ({self.context_length}) is larger than max_tokens ({self.max_tokens})")
+        if "looks" in self.model_fields_set and not self.decide:
+            raise ValueError("`looks` only applies with decide = true; set decide = true or remove looks")
         return self
+
+
+class CalibrationSection(_Section):
+    text: str | None = Field(
+        None,
+        description="text for data-aware quantization; default: the end of the [validation] text, past every "
+        "scored token",
+    )
 
 
 class BenchSection(BenchOptions):
@@ -164,6 +200,7 @@ class BundleSection(_Section):
     name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     output_dir: str = "dist"
     exclude_failed: bool = False
+    release: int = Field(0, ge=0, le=2**53)  # boxes refuse to install a lower release than they run
     runtime: RuntimeDefaults = RuntimeDefaults()
 
     @field_validator("output_dir")
@@ -189,6 +226,7 @@ class RecipeModel(_Section):
     model: ModelSection
     targets: tuple[TargetSpec, ...] = Field(min_length=1)
     validation: ValidationSection = ValidationSection()
+    calibration: CalibrationSection = CalibrationSection()
     bench: BenchSection = BenchSection()
     bundle: BundleSection = BundleSection()
     toolchain: ToolchainSection = ToolchainSection()
@@ -201,6 +239,14 @@ class Recipe:
     text: str
     spec: RecipeModel
     targets: tuple[Target, ...]
+
+    def with_release(self, release: int) -> Recipe:
+        """This recipe with `[bundle] release` replaced (`edgekit build --release N`)."""
+        try:
+            bundle = BundleSection.model_validate({**self.spec.bundle.model_dump(), "release": release})
+        except ValidationError as exc:
+            raise RecipeError(self.path, [RecipeProblem("bundle.release", exc.errors()[0]["msg"])]) from None
+        return dataclasses.replace(self, spec=self.spec.model_copy(update={"bundle": bundle}))
 
     @property
     def name(self) -> str:
@@ -265,7 +311,7 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
     except ValidationError as exc:
         raise RecipeError(path, problems_from(exc, RecipeModel, data=data)) from None
     targets, problems = resolve_targets(spec.targets)
-    problems += _contradictions(spec)
+    problems += contradictions(spec, targets)
     if problems:
         raise RecipeError(path, problems)
     return Recipe(
@@ -275,44 +321,3 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
         spec=spec,
         targets=tuple(targets),
     )
-
-
-def _contradictions(spec: RecipeModel) -> list[RecipeProblem]:
-    """Options that are each valid but cannot all hold: the build would ignore one or fail late."""
-    found: list[RecipeProblem] = []
-    validation, runtime = spec.validation, spec.bundle.runtime
-    if not validation.enabled:
-        if spec.bundle.exclude_failed:
-            found.append(
-                RecipeProblem(
-                    "bundle.exclude_failed",
-                    "excludes artifacts that fail validation, but [validation] enabled = false; enable validation "
-                    "or remove exclude_failed",
-                )
-            )
-        gated = ["validation.gates"] if validation.gates is not None else []
-        gated += [f"targets[{i}].gates" for i, t in enumerate(spec.targets) if t.gates is not None]
-        found += [
-            RecipeProblem(key, "sets accuracy gates, but [validation] enabled = false; enable validation or remove it")
-            for key in gated
-        ]
-        found += [RecipeProblem(f"targets[{i}].scheme", f'is "{AUTO}", which keeps the first candidate that passes '
-                                "validation, but [validation] enabled = false; enable validation or name a scheme")
-                  for i, t in enumerate(spec.targets) if t.scheme == AUTO]  # fmt: skip
-    if not spec.bench.enabled:
-        found += [RecipeProblem(f"targets[{i}].objective", '"fastest" picks by the bench, but [bench] enabled = '
-                                'false; enable the bench or use objective = "smallest"')
-                  for i, t in enumerate(spec.targets) if t.objective == "fastest"]  # fmt: skip
-    if runtime.max_request_tokens > runtime.n_ctx:
-        found.append(
-            RecipeProblem(
-                "bundle.runtime.max_request_tokens",
-                f"{runtime.max_request_tokens} is larger than the context (bundle.runtime.n_ctx = {runtime.n_ctx}); "
-                "no request that long could be served. Lower it or raise n_ctx",
-            )
-        )
-    if spec.model.allow_patterns is not None and not spec.model.source.startswith("hf://"):
-        found.append(
-            RecipeProblem("model.allow_patterns", "only applies to hf:// sources; remove it for a local or pkg:// one")
-        )
-    return found

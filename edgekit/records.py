@@ -50,6 +50,10 @@ class Artifact:
     path: Path  # a file (GGUF) or a folder (IR, ONNX)
     key: str
     details: dict[str, Any] = field(default_factory=dict)  # tensor types, bits per weight, ...
+    recorded: dict[str, str] = field(default_factory=dict)  # sha256 of each file when its cache entry was made
+
+    def recorded_sha256(self, file: Path) -> str | None:
+        return self.recorded.get(file.relative_to(self.path.parent).as_posix())
 
     @property
     def files(self) -> list[Path]:

@@ -27,7 +27,15 @@ from edgekit.evaldata import (
     score_item,
     task_correct,
 )
-from edgekit.metrics import ReferenceSlice, TokenComparison, compare, concat, item_bootstrap, token_metrics
+from edgekit.metrics import (
+    LEVEL,
+    ReferenceSlice,
+    TokenComparison,
+    compare,
+    concat,
+    item_bootstrap,
+    token_metrics,
+)
 from edgekit.progress import Progress
 
 ARRAYS = ("topk_ids", "topk_logp", "tail_ids", "tail_logp", "target_logp")
@@ -90,19 +98,41 @@ def score_task(task: ChoiceTask, runner: LogitsRunner, progress: Progress, who: 
     return scores
 
 
-def evaluate(runner: LogitsRunner, ref: Reference, progress: Progress, label: str) -> Evaluation:
-    """Run a candidate over the reference's windows and tasks."""
-    parts, correct = [], []
-    windows = ref.windows
-    with progress.task(f"validate  {label}: {windows.count} windows", total=windows.count) as t:
-        for i in range(windows.count):
-            logits = runner.logits(windows.window(i))
-            positions, targets = windows.scored(i)
-            parts.append(compare(ref.window_slice(i), logits[positions], targets))
-            correct += cloze_correct(ref.cloze, i, windows.window(i), logits.argmax(-1))
+@dataclass
+class WindowScores:
+    """The per-token comparisons and cloze results of some windows, in window order."""
+
+    parts: list[TokenComparison]
+    cloze: list[bool]
+
+    def evaluation(self, task_scores: dict[str, list[ItemScore]]) -> Evaluation:
+        return Evaluation(concat(self.parts), np.array(self.cloze, dtype=bool), task_scores)
+
+
+def score_windows(
+    runner: LogitsRunner, ref: Reference, windows: range, progress: Progress, label: str, into: WindowScores
+) -> None:
+    """Run a candidate over windows `windows` of the reference, appending to `into`."""
+    w = ref.windows
+    with progress.task(f"validate  {label}: windows {windows.start + 1}–{windows.stop} of {w.count}",
+                       total=len(windows)) as t:  # fmt: skip
+        for i in windows:
+            logits = runner.logits(w.window(i))
+            positions, targets = w.scored(i)
+            into.parts.append(compare(ref.window_slice(i), logits[positions], targets))
+            into.cloze += cloze_correct(ref.cloze, i, w.window(i), logits.argmax(-1))
             t.advance()
-    tasks = {task.name: score_task(task, runner, progress, f"validate  {label}") for task in ref.tasks}
-    return Evaluation(concat(parts), np.array(correct, dtype=bool), tasks)
+
+
+def score_tasks(runner: LogitsRunner, ref: Reference, progress: Progress, label: str) -> dict[str, list[ItemScore]]:
+    return {task.name: score_task(task, runner, progress, f"validate  {label}") for task in ref.tasks}
+
+
+def evaluate(runner: LogitsRunner, ref: Reference, progress: Progress, label: str) -> Evaluation:
+    """Run a candidate over all the reference's windows and tasks."""
+    scores = WindowScores([], [])
+    score_windows(runner, ref, range(ref.windows.count), progress, label, scores)
+    return scores.evaluation(score_tasks(runner, ref, progress, label))
 
 
 def check_tokenizer(runner: LogitsRunner, ref: Reference, text: str, backend: str) -> int:
@@ -125,29 +155,36 @@ def save_evaluation(path: Path, evaluation: Evaluation) -> None:
         top1=cmp.top1,
         dp=cmp.dp.astype(np.float32),
         tail_mass=cmp.tail_mass.astype(np.float32),
+        kld_coarse=cmp.kld_coarse.astype(np.float32),
+        top1_ids=cmp.top1_ids.astype(np.int32),
         cloze_correct=evaluation.cloze_correct,
     )
 
 
 def load_evaluation(path: Path, task_scores: dict[str, list[list[Any]]]) -> Evaluation:
     data = np.load(path, allow_pickle=False)
-    tokens = TokenComparison(**{f: data[f].astype(np.float64) if f != "top1" else data[f] for f in
-                                ("nll_ref", "nll", "kld", "top1", "dp", "tail_mass")})  # fmt: skip
+    exact = ("top1", "top1_ids")  # booleans and token ids, as stored
+    tokens = TokenComparison(**{f: data[f] if f in exact else data[f].astype(np.float64)
+                                for f in TokenComparison.__dataclass_fields__})  # fmt: skip
     scores = {k: [ItemScore(*s) for s in v] for k, v in task_scores.items()}
     return Evaluation(tokens, data["cloze_correct"], scores)
 
 
-def summarise(evaluation: Evaluation, ref: Reference, resamples: int, block_tokens: int, seed: int) -> dict[str, Any]:
-    metrics = token_metrics(evaluation.tokens, block_tokens, resamples, seed)
+def summarise(
+    evaluation: Evaluation, ref: Reference, resamples: int, block_tokens: int, seed: int, level: float = LEVEL
+) -> dict[str, Any]:
+    """Metrics with intervals at `level`; the evaluation may cover the first windows only (a sequential look)."""
+    metrics = token_metrics(evaluation.tokens, block_tokens, resamples, seed, level)
     tasks: dict[str, Any] = {}
-    if len(ref.cloze):
-        acc = item_bootstrap(ref.cloze_correct, evaluation.cloze_correct, resamples, seed)
-        tasks["cloze"] = {k: v.to_dict() for k, v in acc.items()} | {"kind": "cloze", "questions": len(ref.cloze)}
+    done = len(evaluation.cloze_correct)  # the items of the windows scored so far: the first ones
+    if done:
+        acc = item_bootstrap(ref.cloze_correct[:done], evaluation.cloze_correct, resamples, seed, level)
+        tasks["cloze"] = {k: v.to_dict() for k, v in acc.items()} | {"kind": "cloze", "questions": done}
     for task in ref.tasks:
         ref_acc, ref_norm = task_correct(task, ref.task_scores[task.name])
         cand_acc, cand_norm = task_correct(task, evaluation.task_scores[task.name])
-        acc = item_bootstrap(ref_acc, cand_acc, resamples, seed)
-        norm = item_bootstrap(ref_norm, cand_norm, resamples, seed)
+        acc = item_bootstrap(ref_acc, cand_acc, resamples, seed, level)
+        norm = item_bootstrap(ref_norm, cand_norm, resamples, seed, level)
         tasks[task.name] = {k: v.to_dict() for k, v in acc.items()} | {
             "kind": task.kind,
             "questions": task.questions,

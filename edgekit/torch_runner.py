@@ -91,3 +91,16 @@ class TorchRunner:
 
     def close(self) -> None:
         del self._model
+
+
+class WholeModel:
+    """The reference with every weight loaded at once, one `TorchRunner` per dtype asked for (one at a time)."""
+
+    def __init__(self, checkpoint: Path, device: ReferenceDevice, threads: int | None = None) -> None:
+        self.checkpoint, self.device, self.threads = checkpoint, device, threads
+
+    def runner(self, dtype: str) -> TorchRunner:
+        return TorchRunner(self.checkpoint, ReferenceDevice(self.device.device, dtype, self.device.name), self.threads)
+
+    def close(self) -> None:
+        pass

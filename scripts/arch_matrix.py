@@ -1,7 +1,7 @@
 """Write README.md's table of tested architectures from the test matrix (tests/contract/arch_matrix.py).
 
-    python scripts/arch_matrix.py           rewrite the table in README.md
-    python scripts/arch_matrix.py --check   exit 1 when README.md's table is not what the matrix says
+python scripts/arch_matrix.py           rewrite the table in README.md
+python scripts/arch_matrix.py --check   exit 1 when README.md's table is not what the matrix says
 """
 
 from __future__ import annotations

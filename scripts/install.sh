@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install edgekit with every backend, from nothing but Python 3.11, gcc and cmake.
 #   scripts/install.sh          build side + runtime (all backends)
-#   scripts/install.sh --dev    the same plus test tools, llama.cpp's tools and headless Chromium (apt, needs root)
+#   scripts/install.sh --dev    the same plus test tools, llama.cpp's tools, headless Chromium and systemd-analyze
+#                               (apt, needs root)
 # llama-cpp-python compiles llama.cpp from source on first install (10-20 min on 2 cores); pip
 # keeps the built wheel in its cache, so later installs on the same machine take a minute.
 set -euo pipefail
@@ -28,6 +29,14 @@ if [[ $dev == 1 ]] && ! { command -v chromium && command -v chromedriver; } >/de
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
   else
     echo "note: install Debian's chromium and chromium-driver for the browser test of the HTML report" >&2
+  fi
+fi
+# systemd-analyze checks the systemd unit every bundle carries (the package is not started in a container).
+if [[ $dev == 1 ]] && ! command -v systemd-analyze >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+  else
+    echo "note: install Debian's systemd package for systemd-analyze (the test of edgekit.service)" >&2
   fi
 fi
 echo "installed: $(.venv/bin/edgekit --version)"

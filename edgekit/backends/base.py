@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -97,6 +97,13 @@ class BuildBackend(ABC):
         """Whether quantizing `scheme` with `options` reads calibration text (data-aware compression)."""
         return False
 
+    def calibration_tokens(self, scheme: str, options: BaseModel) -> int:
+        """How many calibration tokens quantizing `scheme` reads: `calibration_samples` windows of
+        `calibration_tokens` tokens when it is data-aware, else 0. The plan cuts them from the text."""
+        if not self.needs_calibration(scheme, options):
+            return 0
+        return int(getattr(options, "calibration_samples", 64)) * int(getattr(options, "calibration_tokens", 128))
+
     def resolve_options(self, scheme: str, options: BaseModel) -> BaseModel:
         """Options as this build machine resolves them (what "unset" means here); they enter the cache key."""
         return options
@@ -142,14 +149,19 @@ class BuildBackend(ABC):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """Write the artifact for `scheme` into `out_dir`.
 
+        `calibration`: for a data-aware scheme, the token ids it may calibrate on (`calibration_tokens`
+        of them, cut by the plan from a range of text that validation never scores).
         Returns the artifact's path relative to `out_dir` and details to record in the manifest
         (at least `tensor_types`: a histogram of the precisions actually written).
         """
 
-    @abstractmethod
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        """A logits runner over the artifact, for validation."""
+    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None, **runtime: Any) -> LogitsRunner:
+        """A logits runner over the artifact, for validation: the backend's runtime engine, configured with
+        `runtime` (runtime.toml keys: n_batch, use_mmap…) exactly as the bundle will run it on the box."""
+        from edgekit.engine_runner import EngineRunner
+
+        return EngineRunner(self.name, artifact, n_ctx, threads, **runtime)

@@ -1,7 +1,9 @@
 """Run a backend's heavy step (conversion, export, compression) in a child process, logged to a file.
 
-A child keeps torch tracer warnings, NNCF and ONNX Runtime progress bars, llama.cpp's C-level stderr
-and C++ logs out of the user's terminal and in a log we can show the tail of; it returns its memory
+A child keeps torch tracer warnings, NNCF and ONNX Runtime output, llama.cpp's C-level stderr and C++
+logs out of the user's terminal and in a log file in the stage's cache entry (copied into the bundle's
+`logs/`), which we show the tail of when it fails and scan for the warnings that matter
+(`edgekit.notices`); with `--verbose` it is streamed to the terminal as well. It returns its memory
 when it exits, and it dies with the build (`die_with_parent`) instead of writing into a temp folder
 nobody will use.
 """
@@ -13,13 +15,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
+from edgekit import stagelog
 from edgekit.errors import StageError
 from edgekit.procutil import die_with_parent
 
-QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-             "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+# Progress bars are off (a log of carriage returns helps nobody); warnings stay on: they go to the log.
+QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def run_logged(
@@ -31,15 +34,32 @@ def run_logged(
     """
     full_env = {**os.environ, **QUIET_ENV, **(env or {})}
     full_env = {k: v for k, v in full_env.items() if v != ""}
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.run(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd, preexec_fn=die_with_parent()
-        )
+    echo = stagelog.echoing()
+    with open(log_path, "wb") as log:
+        if echo is None:
+            returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
+                                        preexec_fn=die_with_parent()).returncode  # fmt: skip
+        else:
+            returncode = _streamed(cmd, full_env, log, echo, cwd)
     text = log_path.read_text(encoding="utf-8", errors="replace")
-    if proc.returncode != 0:
+    stagelog.scan(text)
+    if returncode != 0:
         tail = "\n".join(text.strip().splitlines()[-15:])
-        raise StageError(what, f"failed with exit code {proc.returncode}:\n{tail}", f"full log: {log_path}")
+        raise StageError(what, f"failed with exit code {returncode}:\n{tail}", f"full log: {log_path}")
     return text
+
+
+def _streamed(cmd: list[str], env: dict[str, str], log: BinaryIO, echo: TextIO, cwd: Path | None) -> int:
+    """The child's output into the log and, as it comes, to `echo` (--verbose)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                            preexec_fn=die_with_parent())  # fmt: skip
+    assert proc.stdout is not None
+    for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        log.write(chunk)
+        log.flush()
+        echo.write(chunk.decode("utf-8", errors="replace"))
+        echo.flush()
+    return proc.wait()
 
 
 def run_child(module: str, spec: dict[str, Any], log_path: Path, what: str, threads: int | None = None) -> str:

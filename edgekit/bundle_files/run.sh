@@ -6,6 +6,9 @@
 #   ./run.sh bench | tune | verify | inspect | numa
 # run/serve/bench/tune verify every file against manifest.json before loading the model, and read
 # runtime.toml (threads, mmap, context, concurrency), overridden by runtime.local.toml if present.
+# Trust: when the box has a trust policy (public keys in /etc/edgekit/trusted-keys/*.pub, or the folder
+# EDGEKIT_TRUST_DIR names), they also check model.sig against it and refuse (exit 4) a bundle that is
+# unsigned, signed by another key, or changed after signing, before the model is loaded.
 # NUMA: when the runtime config's policy (decided on this box, see `edgekit numa`) binds the model
 # to a node or interleaves it, the runtime is started under numactl with those arguments.
 # Needs `edgekit` (pip install 'edgekit[runtime]'); set EDGEKIT=/path/to/edgekit to choose one.

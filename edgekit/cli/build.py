@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
-from edgekit.cli.common import cache_option, console, err_console, open_cache, recipe_argument, recipe_path
+from edgekit.cli.common import (
+    cache_option,
+    command_line,
+    console,
+    emit_json,
+    json_option,
+    open_cache,
+    progress_reporter,
+    recipe_argument,
+    recipe_path,
+)
 
 threads_option = click.option(
     "--threads", type=click.IntRange(1, 1024), help="Threads for each stage (default: physical cores)."
@@ -25,41 +33,67 @@ threads_option = click.option(
 @threads_option
 @click.option("--reference", "reference_dir", type=click.Path(exists=True, file_okay=False),
               help="Import a reference exported by `edgekit reference --export` first.")  # fmt: skip
+@click.option("--release", type=click.IntRange(0), help="The bundle's release number (overrides [bundle] release).")
+@json_option("build")
+@click.pass_context
 def build(
-    recipe: str | None, out_dir: str | None, cache_dir: str | None, threads: int | None, reference_dir: str | None
+    ctx: click.Context,
+    recipe: str | None,
+    out_dir: str | None,
+    cache_dir: str | None,
+    threads: int | None,
+    reference_dir: str | None,
+    release: int | None,
+    as_json: bool,
 ) -> None:
     """Build the bundle described by RECIPE (default: the embedded SmolLM2-135M recipe)."""
     from edgekit.errors import GateFailure
     from edgekit.pipeline import build as run_build
-    from edgekit.progress import RichProgressReporter
     from edgekit.recipe import load_recipe
 
     loaded = load_recipe(recipe_path(recipe))
+    if release is not None:
+        loaded = loaded.with_release(release)
     cache = open_cache(cache_dir)
-    if reference_dir:
-        from edgekit.stages.reference import import_reference
-
-        import_reference(Path(reference_dir), cache)
-    command = "edgekit build " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    with RichProgressReporter(err_console) as progress:
-        result = run_build(
-            loaded,
-            cache=cache,
-            progress=progress,
-            out_dir=Path(out_dir) if out_dir else None,
-            command=command.strip(),
-            threads=threads,
-        )
-    optional = {t.name for t in loaded.targets if not t.required}
-    _render_verdicts(result.verdicts, result.excluded, optional)
-    for name, reason in result.skipped.items():
-        console.print(f"[yellow]{name}: not built[/] (required = false): {reason}", highlight=False)
-    for name, reason in result.ladders.items():
-        console.print(f"{name}: {reason}", highlight=False)
-    console.print(f"bundle: [bold]{result.bundle}[/]  ({result.seconds:.1f} s); the reasons: report.md, report.html")
+    with progress_reporter() as progress:
+        result = run_build(loaded, cache=cache, progress=progress, out_dir=Path(out_dir) if out_dir else None,
+                           command=command_line(ctx), threads=threads,
+                           reference_dir=Path(reference_dir) if reference_dir else None)  # fmt: skip
+    if as_json:
+        emit_json("build", _build_document(result))
+    else:
+        optional = {t.name for t in loaded.targets if not t.required}
+        _render_verdicts(result.verdicts, result.excluded, optional)
+        for name, reason in result.skipped.items():
+            console.print(f"[yellow]{escape(name)}: not built[/] (required = false): {escape(reason)}", highlight=False)
+        for name, reason in result.ladders.items():
+            console.print(escape(f"{name}: {reason}"), highlight=False)
+        console.print(f"bundle: [bold]{escape(str(result.bundle))}[/]  ({result.seconds:.1f} s); the reasons: "
+                      "report.md, report.html; what other libraries printed: logs/", highlight=False)  # fmt: skip
     if result.failed_required:
         notes = [f"{n}: {result.ladders[n]}" for n in result.failed_required if n in result.ladders]
         raise GateFailure(result.failed_required, result.bundle, notes)
+
+
+def _build_document(result: Any) -> dict[str, Any]:
+    bundle = Path(result.bundle)
+    return {
+        "bundle": str(bundle),
+        "outcome": "fail" if result.failed_required else "pass",
+        "seconds": round(result.seconds, 3),
+        "verdicts": result.verdicts,
+        "failed_required": result.failed_required,
+        "excluded": result.excluded,
+        "skipped": result.skipped,
+        "ladders": result.ladders,
+        "stages": [
+            {"id": e.label, "stage": e.stage, "key": e.key, "reused": e.reused, "seconds": round(e.seconds, 3)}
+            for e in result.events
+        ],
+        "stage_seconds": {k: round(v, 3) for k, v in result.stage_seconds.items()},
+        "reports": {kind: str(bundle / f"report.{kind}") for kind in ("json", "md", "html")},
+        "logs": str(bundle / "logs"),
+    }
 
 
 def _render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: set[str]) -> None:
@@ -80,9 +114,10 @@ def _render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: se
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where the bundle would go (as build).")
 @cache_option
 @threads_option
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema: edgekit.plan.describe).")
+@json_option("plan")
 def plan(recipe: str | None, out_dir: str | None, cache_dir: str | None, threads: int | None, as_json: bool) -> None:
     """Show the tasks a build of RECIPE would run: each task's key, inputs, and whether it is cached."""
+    from edgekit.pipeline import build_log, warn_notices
     from edgekit.plan import make_plan, output_path
     from edgekit.plan.describe import describe
     from edgekit.recipe import load_recipe
@@ -90,10 +125,13 @@ def plan(recipe: str | None, out_dir: str | None, cache_dir: str | None, threads
     loaded = load_recipe(recipe_path(recipe))
     cache = open_cache(cache_dir)
     final = output_path(loaded, Path(out_dir) if out_dir else None, Path.cwd())
-    described = describe(make_plan(loaded, cache_root=cache.root, final=final, out_given=out_dir is not None,
-                                   threads=threads), cache)  # fmt: skip
+    with progress_reporter() as progress, build_log(cache) as log:
+        planned = make_plan(loaded, cache_root=cache.root, final=final, out_given=out_dir is not None,
+                            threads=threads)  # fmt: skip
+        warn_notices(progress, "plan", log)
+    described = describe(planned, cache)
     if as_json:
-        click.echo(json.dumps(described, indent=2))
+        emit_json("plan", described)
         return
     _render_plan(described)
 
@@ -119,32 +157,51 @@ def _render_plan(described: dict[str, Any]) -> None:
 @cache_option
 @threads_option
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), help="Copy the reference to DIR.")
-def reference(recipe: str | None, cache_dir: str | None, threads: int | None, export_dir: str | None) -> None:
+@json_option("reference")
+def reference(
+    recipe: str | None, cache_dir: str | None, threads: int | None, export_dir: str | None, as_json: bool
+) -> None:
     """Compute (or reuse) the reference for RECIPE, e.g. on a GPU box, and optionally export it."""
     from edgekit.errors import UsageError
     from edgekit.executors.base import Tools
     from edgekit.executors.local import LocalExecutor
+    from edgekit.pipeline import build_log, warn_notices
     from edgekit.plan import make_plan
-    from edgekit.progress import RichProgressReporter
     from edgekit.recipe import load_recipe
-    from edgekit.stages.reference import export_reference, load_reference
+    from edgekit.stages.reference import load_reference
+    from edgekit.stages.reference_transfer import export_reference
 
     loaded = load_recipe(recipe_path(recipe))
     cache = open_cache(cache_dir)
-    planned = make_plan(loaded, cache_root=cache.root, threads=threads)
-    if planned.reference is None:
-        raise UsageError("this recipe has [validation] enabled = false: there is no reference to compute")
-    with RichProgressReporter(err_console) as progress:
+    with progress_reporter() as progress, build_log(cache) as log:
+        planned = make_plan(loaded, cache_root=cache.root, threads=threads)
+        warn_notices(progress, "plan", log)
+        if planned.reference is None:
+            raise UsageError("this recipe has [validation] enabled = false: there is no reference to compute")
         tools = Tools(cache, planned.bundle.threads, planned.llama_cpp_dir)
         entry = LocalExecutor(tools, progress).run([planned.reference])[planned.reference.key]
-    meta = load_reference(planned.reference, entry).meta
-    took = f"computed in {entry.meta.get('seconds', 0):.1f} s"
+        meta = load_reference(planned.reference, entry).meta
+    target = export_reference(entry, Path(export_dir)) if export_dir else None
+    if as_json:
+        keys = ("device", "dtype", "device_name", "scored_tokens")
+        emit_json(
+            "reference",
+            {
+                "key": entry.key,
+                "reused": entry.reused,
+                "seconds": entry.meta.get("seconds"),
+                **{k: meta.get(k) for k in keys},
+                "exported_to": str(target) if target else None,
+            },
+        )
+        return
+    streamed = (meta.get("memory") or {}).get("mode") == "stream"
+    took = f"computed in {entry.meta.get('seconds', 0):.1f} s" + (", one decoder layer at a time" if streamed else "")
     console.print(
         f"reference {entry.key[:16]}: torch {meta['device']} {meta['dtype']} ({meta['device_name']}), "
         f"{meta['scored_tokens']} scored tokens, " + (f"reused from the cache ({took})" if entry.reused else took)
     )
-    if export_dir:
-        target = export_reference(entry, Path(export_dir))
+    if target is not None:
         console.print(f"exported to {target}; on the build box: edgekit build RECIPE --reference {target}")
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import click
 from rich.markup import escape
 
-from edgekit.cli.common import err_console
+from edgekit.cli.common import err_console, json_error, reset_json
 from edgekit.errors import EdgekitError, ExitCode
 
 DEBUG_ENV = "EDGEKIT_DEBUG"
@@ -28,12 +28,14 @@ def debug_enabled() -> bool:
 
 def run_reporting_errors(command: Callable[[], object]) -> None:
     """Run the CLI: one clear message and exit code per typed error; tracebacks only with --debug."""
+    reset_json()
     try:
         command()
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
+        json_error(ExitCode.BAD_INPUT, "UsageError", exc.format_message(), None)
         sys.exit(ExitCode.BAD_INPUT)
     except click.exceptions.Abort:
         err_console.print("aborted")
@@ -57,6 +59,7 @@ def _typed_error(exc: EdgekitError) -> None:
     err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
     if exc.hint:
         err_console.print(f"  [bold]→[/] {escape(exc.hint)}", highlight=False)
+    json_error(exc.exit_code, type(exc).__name__, exc.message, exc.hint)
     sys.exit(exc.exit_code)
 
 
@@ -69,6 +72,7 @@ def _environment_error(exc: OSError) -> None:
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
     fix = "free some space, or point EDGEKIT_CACHE / --out at a larger disk" if full else "check its permissions"
     err_console.print(f"  [bold]→[/] {fix}; nothing half-written was kept", highlight=False)
+    json_error(ExitCode.ENVIRONMENT, type(exc).__name__, f"cannot write or read{where}: {message}", fix)
     sys.exit(ExitCode.ENVIRONMENT)
 
 
@@ -77,4 +81,5 @@ def _internal_error(exc: BaseException) -> None:
         traceback.print_exc()
     err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
     err_console.print(f"  → this is a bug in edgekit; rerun with --debug (or {DEBUG_ENV}=1) for the traceback")
+    json_error(ExitCode.RUNTIME, "InternalError", f"{type(exc).__name__}: {exc}", "this is a bug in edgekit")
     sys.exit(ExitCode.RUNTIME)

@@ -5,7 +5,6 @@ Nothing here (or in what it calls) imports torch, transformers or the build stag
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 import click
 from rich.table import Table
 
-from edgekit.cli.common import console, err_console
+from edgekit.cli.common import bundle_argument, console, emit_json, err_console, json_option, plain_output, steps
+from edgekit.cli.ship import trusted_key_option
 
-bundle_argument = click.argument("bundle", type=click.Path(file_okay=False, exists=True))
 artifact_option = click.option("--artifact", help="Artifact to use (default: the one runtime.toml names).")
 
 
@@ -43,6 +42,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--stop", multiple=True, help="Stop at this text (repeatable).")
 @artifact_option
 @click.option("--quiet", "-q", is_flag=True, help="No load and speed summary on stderr.")
+@trusted_key_option
 def run(
     bundle: str,
     prompt: str,
@@ -55,6 +55,7 @@ def run(
     stop: tuple[str, ...],
     artifact: str | None,
     quiet: bool,
+    trusted_keys: tuple[Path, ...],
 ) -> None:
     """Stream one completion of PROMPT from BUNDLE (verified against its manifest first)."""
     from edgekit.runtime.engines import Sampling
@@ -63,7 +64,7 @@ def run(
     from edgekit.runtime.text.generate import Completion, stream
 
     text = sys.stdin.read() if prompt == "-" else prompt
-    loaded = open_bundle(Path(bundle), artifact=artifact)
+    loaded = open_bundle(Path(bundle), artifact=artifact, trusted_keys=trusted_keys)
     engine = loaded.engine
     try:
         if chat:
@@ -95,11 +96,16 @@ def run(
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @artifact_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
-def serve(bundle: str, host: str, port: int, artifact: str | None, log_level: str) -> None:
+@trusted_key_option
+def serve(
+    bundle: str, host: str, port: int, artifact: str | None, log_level: str, trusted_keys: tuple[Path, ...]
+) -> None:
     """Serve BUNDLE over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
     from edgekit.runtime.serve.server import serve as run_server
 
-    run_server(Path(bundle), host=host, port=port, artifact=artifact, log_level=log_level)
+    colours = False if plain_output(sys.stderr) else None
+    run_server(Path(bundle), host=host, port=port, artifact=artifact, log_level=log_level, colours=colours,
+               trusted_keys=trusted_keys)  # fmt: skip
 
 
 def _bench_options(func: Any) -> Any:
@@ -122,8 +128,9 @@ def _bench_options(func: Any) -> Any:
 @click.option("--no-baseline", is_flag=True, help="Skip the default-settings llama_cpp.Llama() baseline.")
 @click.option("--no-loads", is_flag=True, help="Skip the mmap/no-mmap/mlock load probes.")
 @click.option("--artifact", "artifacts", multiple=True, help="Only this artifact (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@json_option("bench")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
+@trusted_key_option
 def bench(
     bundle: str,
     runs: int | None,
@@ -137,6 +144,7 @@ def bench(
     artifacts: tuple[str, ...],
     as_json: bool,
     out: str | None,
+    trusted_keys: tuple[Path, ...],
 ) -> None:
     """Benchmark BUNDLE's GGUF artifacts on this machine against its memory-bandwidth roofline."""
     from edgekit.fsutil import write_json_atomic
@@ -152,14 +160,13 @@ def bench(
         "baseline": False if no_baseline else None,
         "loads": False if no_loads else None,
     }
-    with err_console.status("bench") as status:
-        result = bench_bundle(
-            Path(bundle), artifacts=list(artifacts) or None, overrides=overrides, log=lambda m: status.update(m)
-        )
+    with steps("bench") as step:
+        result = bench_bundle(Path(bundle), artifacts=list(artifacts) or None, overrides=overrides, log=step,
+                              trusted_keys=trusted_keys)  # fmt: skip
     if out:
         write_json_atomic(Path(out), result)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        emit_json("bench", result)
         return
     _render_bench(result)
 
@@ -213,7 +220,8 @@ def _render_bench(result: dict[str, Any]) -> None:
 @bundle_argument
 @_bench_options
 @artifact_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option("tune")
+@trusted_key_option
 def tune(
     bundle: str,
     runs: int | None,
@@ -222,6 +230,7 @@ def tune(
     threads: tuple[int, ...] | None,
     artifact: str | None,
     as_json: bool,
+    trusted_keys: tuple[Path, ...],
 ) -> None:
     """Sweep thread counts on this box and write BUNDLE/runtime.local.toml (the signed runtime.toml stays)."""
     from edgekit.runtime.bench.tune import tune as run_tune
@@ -231,10 +240,11 @@ def tune(
         for k, v in {"runs": runs, "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens}.items()
         if v is not None
     }
-    with err_console.status("tune") as status:
-        result = run_tune(Path(bundle), artifact=artifact, threads=threads, log=lambda m: status.update(m), **kwargs)
+    with steps("tune") as step:
+        result = run_tune(Path(bundle), artifact=artifact, threads=threads, log=step, trusted_keys=trusted_keys,
+                          **kwargs)  # fmt: skip
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        emit_json("tune", result)
         return
     values = result["values"]
     console.print(
@@ -247,7 +257,8 @@ def tune(
 @click.command()
 @bundle_argument
 @click.option("--numactl", "numactl_only", is_flag=True, help="Print only the numactl prefix (for run.sh).")
-def numa(bundle: str, numactl_only: bool) -> None:
+@json_option("numa")
+def numa(bundle: str, numactl_only: bool, as_json: bool) -> None:
     """Show how BUNDLE is placed on this box's NUMA nodes (the policy run.sh applies)."""
     from edgekit.runtime.loader import inspect_bundle
     from edgekit.runtime.numa import read_topology
@@ -258,6 +269,11 @@ def numa(bundle: str, numactl_only: bool) -> None:
     info = inspect_bundle(Path(bundle))  # verified before its runtime config is trusted
     if numactl_only:
         click.echo(" ".join(info.numa.numactl))
+        return
+    if as_json:
+        nodes = [{"id": n.id, "cpus": list(n.cpus), "memory_mib": round(n.mem_total / 2**20)} for n in topology.nodes]
+        emit_json("numa", {"bundle": bundle, "nodes": nodes, "policy": info.numa.policy, "node": info.numa.node,
+                           "reason": info.numa.reason, "numactl": list(info.numa.numactl)})  # fmt: skip
         return
     for node in topology.nodes:
         console.print(f"node {node.id}: {len(node.cpus)} CPUs, {node.mem_total / 2**30:.1f} GiB")

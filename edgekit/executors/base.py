@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
+from edgekit import stagelog
 from edgekit.cache import CacheEntry, StageCache
 from edgekit.plan.tasks import Task
 from edgekit.progress import Progress
@@ -44,14 +46,32 @@ class Tools:
     llama_cpp_dir: str | None = None
 
 
+STAGE_LOG = "stage.log"  # in every entry: what other libraries printed while the stage ran (edgekit.stagelog)
+FAILED_LOGS = "logs"  # under the cache root: the logs of a stage that failed (its entry folder is removed)
+
+
 def execute(task: Task, records: Mapping[str, CacheEntry], tools: Tools, progress: Progress) -> CacheEntry:
-    """The task's cache entry: found, or produced now by its stage function."""
+    """The task's cache entry: found, or produced now by its stage function, its output in its log."""
     context = StageContext(tools.cache.root, progress, tools.threads, tools.llama_cpp_dir, records)
     stage = runner(task.stage)
-    entry = tools.cache.get_or_produce(task.stage, task.key, task.inputs(), lambda out: stage(task, context, out))
-    if entry.reused:
-        took = entry.meta.get("seconds")
-        progress.log(f"{task.label}: reusing {entry.key[:12]}" + (f" (it took {took:.0f} s to make)" if took else ""))
+
+    def produce(out: Path) -> dict[str, Any] | None:
+        progress.stage_started(task.label)
+        with stagelog.capture(out / STAGE_LOG) as log:
+            try:
+                result = stage(task, context, out)
+            except BaseException as exc:
+                kept = tools.cache.root / FAILED_LOGS / f"{task.stage}-{task.key[:16]}"
+                stagelog.keep(exc, kept, {p.name: p for p in sorted(out.glob("*.log"))}, was=out)
+                raise
+        for notice in log.notices:
+            progress.warn(f"{task.label}: {notice}")
+        return result
+
+    started = time.perf_counter()
+    entry = tools.cache.get_or_produce(task.stage, task.key, task.inputs(), produce)
+    made = entry.meta.get("seconds") if entry.reused else None
+    progress.stage_finished(task.label, time.perf_counter() - started, reused=entry.reused, made_seconds=made)
     return entry
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from edgekit.cache import CacheEntry
 from edgekit.executors.base import Executor
 from edgekit.gates import judge_artifact
-from edgekit.plan.build import bench_over
+from edgekit.plan.build import Plan, bench_over, dependency_order
 from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
 from edgekit.progress import Progress
@@ -60,6 +60,22 @@ def miss(judged: dict[str, Any]) -> float:
         beyond = (value - threshold) if check["direction"] == "max" else (threshold - value)
         worst = max(worst, beyond / abs(threshold))
     return worst
+
+
+def run_ladders(plan: Plan, executor: Executor, entries: dict[str, CacheEntry], progress: Progress
+                ) -> tuple[Plan, dict[str, LadderOutcome]]:  # fmt: skip
+    """Run each ladder and settle its kept candidate into the bundle (then the bench of the settled targets).
+
+    The plan returned holds every task that ran, so the bundle's logs, memory record and cache repairs see
+    each candidate like any target."""
+    if not plan.bundle.auto:
+        return plan, {}
+    ladders = {auto.name: run_ladder(executor, auto, entries, progress) for auto in plan.bundle.auto}
+    bundle = settle(plan.bundle, ladders)
+    entries.update(executor.run(bundle.deps(), known=entries))
+    ran = [t for auto in plan.bundle.auto for c in auto.candidates for t in c.tasks() if t.key in entries]
+    tasks = dependency_order([*plan.tasks, *bundle.deps(), *ran])
+    return dataclasses.replace(plan, bundle=bundle, tasks=tasks), ladders
 
 
 def run_ladder(executor: Executor, auto: AutoTarget, entries: dict[str, CacheEntry], progress: Progress

@@ -17,11 +17,11 @@ from typing import Any
 
 from edgekit.backends.base import BuildEnv
 from edgekit.evaldata import EvalPlan, load_text
-from edgekit.gates import Gates
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
-from edgekit.plan.calibration import calibration_text
+from edgekit.plan.calibration import calibration_source
 from edgekit.plan.evaluation import eval_plan
+from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
 from edgekit.plan.targets import TargetInputs, plan_target
 from edgekit.plan.tasks import (
@@ -47,7 +47,6 @@ from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.versions import dist_version, tool_versions
 
 BENCH_VERSIONS = {"bench_schema": 1, "bench_method": 3}
-GATE_NAMES = tuple(Gates.model_fields)
 
 
 @dataclass(frozen=True)
@@ -105,15 +104,15 @@ def make_plan(
         check_gguf_tokenizer(fetch, load_text(recipe.spec.validation.text, recipe.base_dir), cache_root)
     cfg = recipe.spec.validation
     evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root) if cfg.enabled else None
-    reference = _reference(recipe, fetch, evaluation) if evaluation is not None else None
+    reference = reference_task(cfg, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    calibration = calibration_text(recipe, evaluation)
-    planned = [plan_target(TargetInputs(recipe, converts[t.backend], reference, _bootstrap(recipe), calibration), t, i)
-               for i, t in enumerate(kept)]  # fmt: skip
+    calibration = calibration_source(recipe, kept, fetch, cache_root, evaluation)
+    inputs = TargetInputs(recipe, converts, reference, _bootstrap(recipe), calibration, threads)
+    planned = [plan_target(inputs, t, i) for i, t in enumerate(kept)]
     targets = tuple(t for t in planned if isinstance(t, TargetPlan))
     auto = tuple(t for t in planned if isinstance(t, AutoTarget))
-    report = _report(recipe, Path(final).name if final else recipe.name, command)
+    report = _report(recipe, Path(final).name if final else recipe.name, command, evaluation)
     bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None
     auto = tuple(dataclasses.replace(a, bench=fastest_bench(bench, a, report)) if a.objective == "fastest" and bench
                  else a for a in auto)  # fmt: skip
@@ -131,6 +130,7 @@ def make_plan(
         report=report,
         skipped=skipped,
         auto=auto,
+        release=recipe.spec.bundle.release,
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
@@ -144,20 +144,6 @@ def _reads_hf_tokenizer(recipe: Recipe, targets: list[Target]) -> bool:
 def _convert(fetch: FetchTask, backend: str, versions: dict[str, Any], provenance: dict[str, str]) -> ConvertTask:
     direct = fetch.kind == "gguf" and build_backend(backend).converts_gguf
     return ConvertTask(fetch, backend, versions, provenance, direct=direct)
-
-
-def _reference(recipe: Recipe, fetch: FetchTask, evaluation: EvalPlan) -> ReferenceTask:
-    cfg = recipe.spec.validation
-    return ReferenceTask(
-        checkpoint=fetch,
-        eval=evaluation,
-        device=cfg.reference_device,
-        dtype=cfg.reference_dtype,
-        noise_floor_dtype=cfg.noise_floor_dtype,
-        top_k=cfg.top_k,
-        tail_samples=cfg.tail_samples,
-        seed=cfg.seed,
-    )
 
 
 def _bootstrap(recipe: Recipe) -> Bootstrap:
@@ -199,7 +185,7 @@ def fastest_bench(bench: BenchTask, auto: AutoTarget, report: ReportTask) -> Ben
     return bench_over(bench, auto.candidates, True, report.on_inconclusive)
 
 
-def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
+def _report(recipe: Recipe, bundle_name: str, command: str, evaluation: EvalPlan | None) -> ReportTask:
     cfg = recipe.spec.validation
     default = Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
     return ReportTask(
@@ -213,6 +199,8 @@ def _report(recipe: Recipe, bundle_name: str, command: str) -> ReportTask:
         exclude_failed=recipe.spec.bundle.exclude_failed,
         command=command,
         reproduce="edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}",
+        scored_range=(0, len(evaluation.ids)) if evaluation is not None else None,
+        scored_sha256=str(evaluation.ids.key_form()["sha256"]) if evaluation is not None else None,
     )
 
 

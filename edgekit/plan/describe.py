@@ -1,6 +1,6 @@
 """`edgekit plan --json`: the DAG of a plan as data, before anything runs.
 
-Schema (version 1):
+Schema (version 1; as a JSON Schema: edgekit/cli/schemas/plan.json, `edgekit schema plan`):
 
     {"schema": "edgekit.plan", "version": 1,
      "recipe": path, "bundle": final path of the bundle (or ""),

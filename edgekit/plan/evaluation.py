@@ -17,6 +17,7 @@ from edgekit.evaldata import (
     ClozeItem,
     EvalPlan,
     EvalText,
+    Prompt,
     TaskItem,
     TokenIds,
     cloze_items,
@@ -31,7 +32,7 @@ from edgekit.recipe import ValidationSection
 from edgekit.sources import resolve_path
 from edgekit.versions import dist_version
 
-MEMO_FORMAT = 1
+MEMO_FORMAT = 2  # 2: lm-eval pair tokenization, chat prompts
 
 
 def eval_plan(cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_root: Path) -> EvalPlan:
@@ -45,6 +46,7 @@ def eval_plan(cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_ro
         "max_tokens": cfg.max_tokens,
         "cloze": cfg.cloze.model_dump(),
         "tasks": [sha256_file(p) for p in task_files],
+        "prompts": list(cfg.prompts),
         "tokenizer": {"transformers": dist_version("transformers"), "tokenizers": dist_version("tokenizers")},
     }
     tokenized = remembered(cache_root, "eval-plans", inputs, lambda: _tokenize(cfg, text, task_files, fetch))
@@ -61,8 +63,13 @@ def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], fe
     cloze = (
         cloze_items(text.text, offsets, windows, cfg.cloze.items, cfg.cloze.min_word_chars) if cfg.cloze.enabled else []
     )
-    tasks = [multiple_choice_task(p, tokenizer.tokenize, cfg.context_length // 2) for p in task_files]
+    tasks = [
+        multiple_choice_task(p, tokenizer.tokenize, cfg.context_length // 2, tokenizer.prefix_token_id)
+        for p in task_files
+    ]
+    prompts = [(text, tokenizer.chat_prompt_ids(text)) for text in cfg.prompts]
     return {
+        "prompts": [[text, ids, tokenizer.stop_ids] for text, ids in prompts if ids is not None],
         "ids": windows.ids.tolist(),
         "cloze": [[c.window, c.start, c.end] for c in cloze],
         "tasks": [
@@ -90,4 +97,5 @@ def _from_tokenized(cfg: ValidationSection, text: EvalText, tokenized: dict[str,
         cloze=tuple(ClozeItem(*c) for c in tokenized["cloze"]),
         cloze_settings=cfg.cloze.model_dump(),
         tasks=tasks,
+        prompts=tuple(Prompt(text, tuple(ids), tuple(stop)) for text, ids, stop in tokenized["prompts"]),
     )

@@ -8,7 +8,6 @@ that is also a target of the recipe (or of another ladder) is built and validate
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 
@@ -16,16 +15,19 @@ from pydantic import BaseModel
 
 from edgekit.backends.base import BuildBackend
 from edgekit.gates import Gates
-from edgekit.plan.calibration import Calibration
+from edgekit.plan.calibration import CalibrationSource
 from edgekit.plan.tasks import (
     AutoTarget,
     Bootstrap,
     Comparison,
     ConvertTask,
+    Decide,
+    EngineSettings,
     ImatrixTask,
     QuantizeTask,
     ReferenceTask,
     SensitivityTask,
+    SmokeTask,
     TargetPlan,
     ValidateTask,
 )
@@ -42,10 +44,31 @@ class TargetInputs:
     """What planning any target of this recipe needs besides the target itself."""
 
     recipe: Recipe
-    convert: ConvertTask
+    converts: dict[str, ConvertTask]  # by backend
     reference: ReferenceTask | None
     bootstrap: Bootstrap
-    calibration: Calibration
+    calibration: CalibrationSource | None  # None: no target (nor candidate) is data-aware
+    threads: int
+
+    def engine(self) -> EngineSettings:
+        """What runtime.toml will hold before the bench tunes the threads: validation runs the engine that way."""
+        runtime = self.recipe.spec.bundle.runtime
+        return EngineSettings(n_ctx=runtime.n_ctx, n_batch=runtime.n_batch, n_threads=self.threads)
+
+    def validate(self, quantize: QuantizeTask, gates: Gates) -> ValidateTask | None:
+        if self.reference is None:
+            return None
+        cfg = self.recipe.spec.validation
+        decide = Decide(gates, cfg.looks) if cfg.decide else None
+        return ValidateTask(quantize, self.reference, self.bootstrap, self.engine(), decide)
+
+    def smoke(self, quantize: QuantizeTask) -> SmokeTask:
+        from edgekit.runtime import smoke
+
+        runtime = self.recipe.spec.bundle.runtime
+        settings = {"n_ctx": runtime.n_ctx, "n_batch": runtime.n_batch, "max_concurrent": 1,
+                    "warmup_tokens": runtime.warmup_tokens}  # fmt: skip
+        return SmokeTask(quantize, smoke.PROMPTS, smoke.TOKENS, settings)
 
 
 def plan_target(inputs: TargetInputs, target: Target, position: int) -> TargetPlan | AutoTarget:
@@ -68,17 +91,18 @@ def _candidate(
 ) -> TargetPlan:
     backend = build_backend(target.backend)
     levers = backend.levers(scheme, options)
-    quantize = _quantize(inputs, backend, scheme, options, name)
+    convert = inputs.converts[target.backend]
+    quantize = _quantize(inputs, convert, backend, scheme, options, name)
     reference = inputs.reference
-    validate = ValidateTask(quantize, reference, inputs.bootstrap) if reference is not None else None
+    gates = backend.default_gates(scheme).merged(inputs.recipe.spec.validation.gates, target.gates)
     comparisons = []
     for lever, without in levers.without.items() if reference is not None else ():
-        twin = _quantize(inputs, backend, scheme, without, f"{name}.no-{lever}")
-        comparisons.append(Comparison(lever, twin, ValidateTask(twin, reference, inputs.bootstrap)))  # type: ignore[arg-type]
+        twin = _quantize(inputs, convert, backend, scheme, without, f"{name}.no-{lever}")
+        comparisons.append(Comparison(lever, twin, inputs.validate(twin, gates)))  # type: ignore[arg-type]
     sensitivity = None
     if levers.sensitivity is not None and reference is not None and scheme != SENSITIVITY_BASE:
         base_options = backend.options_model()
-        base = _quantize(inputs, backend, SENSITIVITY_BASE, base_options, f"{name}.sensitivity-base")
+        base = _quantize(inputs, convert, backend, SENSITIVITY_BASE, base_options, f"{name}.sensitivity-base")
         sensitivity = SensitivityTask(quantize, base, reference, *levers.sensitivity)
     return TargetPlan(
         name=target.name,
@@ -86,33 +110,37 @@ def _candidate(
         scheme=scheme,
         required=target.required,
         note=target.note,
-        gates=backend.default_gates(scheme).merged(inputs.recipe.spec.validation.gates, target.gates),
+        gates=gates,
         gate_sources=_gate_sources(inputs.recipe, target, scheme),
         quantize=quantize,
-        validate=validate,
+        validate=inputs.validate(quantize, gates),
+        smoke=inputs.smoke(quantize),
         comparisons=tuple(comparisons),
         sensitivity=sensitivity,
         label=label,
     )
 
 
-def _quantize(inputs: TargetInputs, backend: BuildBackend, scheme: str, options: BaseModel, name: str) -> QuantizeTask:
+def _quantize(inputs: TargetInputs, convert: ConvertTask, backend: BuildBackend, scheme: str, options: BaseModel,
+              name: str) -> QuantizeTask:  # fmt: skip
     resolved = backend.resolve_options(scheme, options)
     levers = backend.levers(scheme, resolved)
-    calibration = inputs.calibration
+    need = backend.calibration_tokens(scheme, resolved)
+    calibration = inputs.calibration.cut(need) if need and inputs.calibration is not None else None
     imatrix = None
-    if levers.imatrix is not None:
+    if levers.imatrix is not None and calibration is not None:  # the matrix reads the calibration range, not quantize
         chunks, context = levers.imatrix
-        first = math.ceil(calibration.start_token / context)
-        imatrix = ImatrixTask(inputs.convert, calibration.text, first, chunks, context, levers.tools or {},
-                              source=calibration.source)  # fmt: skip
+        char_start = inputs.calibration.char_start(calibration.start)  # type: ignore[union-attr]
+        imatrix = ImatrixTask(convert, calibration, inputs.calibration.text, char_start, chunks, context,  # type: ignore[union-attr]
+                              levers.tools or {})  # fmt: skip
+        calibration = None
     return QuantizeTask(
-        converted=inputs.convert,
+        converted=convert,
         backend=backend.name,
         scheme=scheme,
         options=resolved.model_dump(mode="json", exclude=REPORT_ONLY),
-        versions=inputs.convert.versions,
-        calibration=calibration.text if backend.needs_calibration(scheme, resolved) else None,
+        versions=convert.versions,
+        calibration=calibration,
         imatrix=imatrix,
         tools=levers.tools,
         name=name,
@@ -138,4 +166,6 @@ def renamed(plan: TargetPlan, name: str) -> TargetPlan:
     quantize = dataclasses.replace(plan.quantize, name=name)
     validate = dataclasses.replace(plan.validate, artifact=quantize) if plan.validate is not None else None
     sensitivity = dataclasses.replace(plan.sensitivity, artifact=quantize) if plan.sensitivity is not None else None
-    return dataclasses.replace(plan, name=name, quantize=quantize, validate=validate, sensitivity=sensitivity)
+    smoke = dataclasses.replace(plan.smoke, artifact=quantize) if plan.smoke is not None else None
+    return dataclasses.replace(plan, name=name, quantize=quantize, validate=validate, sensitivity=sensitivity,
+                               smoke=smoke)  # fmt: skip

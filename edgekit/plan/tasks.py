@@ -8,67 +8,17 @@ on changes. Stage functions (`edgekit.stages`) take a task and the records of it
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, ClassVar
 
-from edgekit.evaldata import EvalPlan, EvalText
+from edgekit.evaldata import CalibrationSet, EvalPlan, EvalText
 from edgekit.gates import Gates
-from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
+from edgekit.plan.keys import KEYED_IF_SET, UNKEYED
+from edgekit.plan.task_base import Resources, Task
 from edgekit.records import SourceFile
 
-STAGE_ORDER = (
-    "fetch",
-    "convert",
-    "imatrix",
-    "quantize",
-    "reference",
-    "validate",
-    "sensitivity",
-    "bench",
-    "report",
-    "bundle",
-)
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What a task needs of the machine that runs it (the executor places it accordingly)."""
-
-    cpus: int = 1
-    memory_mib: int = 0
-    gpus: float = 0.0
-    box: str | None = None  # a bench measures one box, and nothing else may run there meanwhile
-
-
-class Task:
-    """Base of every task. Subclasses are frozen dataclasses; `stage` names the stage function."""
-
-    stage: ClassVar[str]
-    cached: ClassVar[bool] = True
-
-    @cached_property
-    def key(self) -> str:
-        return task_key(self.stage, key_inputs(self))
-
-    def inputs(self) -> dict[str, Any]:
-        return key_inputs(self)
-
-    def deps(self) -> tuple[Task, ...]:
-        found: list[Task] = []
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            items = value if isinstance(value, tuple) else (value,)
-            found += [v for v in items if isinstance(v, Task)]
-        return tuple(found)
-
-    @property
-    def label(self) -> str:
-        return self.stage
-
-    def resources(self, threads: int) -> Resources:
-        return Resources(cpus=threads)
+STAGE_ORDER = ("fetch", "convert", "imatrix", "quantize", "reference", "validate", "smoke", "sensitivity", "bench",
+               "report", "bundle")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,16 +89,16 @@ class ConvertTask(Task):
 
 @dataclass(frozen=True)
 class ImatrixTask(Task):
-    """An importance matrix of the converted model on the calibration text (`llama-imatrix`)."""
+    """An importance matrix of the converted model on the calibration range (`llama-imatrix`)."""
 
     stage: ClassVar[str] = "imatrix"
     converted: ConvertTask
-    calibration: EvalText
-    first_chunk: int  # chunks of `context` tokens skipped at the start of the text (the scored range)
+    calibration: CalibrationSet  # the tokens it reads: the end of the text, past every scored token
+    text: EvalText  # llama-imatrix reads text: the range's characters, from `char_start` to the end
+    char_start: int
     chunks: int
     context: int
     tools: dict[str, Any]  # the llama.cpp tools build that computes it (its kernels)
-    source: str = field(default="", metadata=UNKEYED, compare=False)  # where the calibration text comes from
 
     @property
     def label(self) -> str:
@@ -166,7 +116,7 @@ class QuantizeTask(Task):
     scheme: str
     options: dict[str, Any]
     versions: dict[str, Any]
-    calibration: EvalText | None = field(default=None, metadata=KEYED_IF_SET)
+    calibration: CalibrationSet | None = field(default=None, metadata=KEYED_IF_SET)
     imatrix: ImatrixTask | None = field(default=None, metadata=KEYED_IF_SET)
     tools: dict[str, Any] | None = field(default=None, metadata=KEYED_IF_SET)  # llama.cpp's tools, when they run
     name: str = field(default="", metadata=UNKEYED, compare=False)  # the artifact's name in the bundle
@@ -184,12 +134,16 @@ class ReferenceTask(Task):
     stage: ClassVar[str] = "reference"
     checkpoint: FetchTask
     eval: EvalPlan
-    device: str  # as requested: auto | cpu | cuda
-    dtype: str  # as requested: auto | float32 | float16 | bfloat16
+    device: str  # resolved at planning time: cpu | cuda (see edgekit.plan.reference)
+    dtype: str  # resolved: float32 | float16 | bfloat16
     noise_floor_dtype: str
     top_k: int
     tail_samples: int
     seed: int
+    versions: dict[str, str | None]  # torch and transformers, the arithmetic of the reference
+    # How the reference is computed (whole model or one layer at a time), not what it is: the figures are the
+    # same to the bit, so an entry made either way serves both.
+    memory: str = field(default="auto", metadata=UNKEYED, compare=False)
 
     @property
     def label(self) -> str:
@@ -210,15 +164,59 @@ class Bootstrap:
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """How validation runs an artifact: through its runtime engine, configured as the bundle's runtime.toml will
+    configure it (the recipe's [bundle.runtime] context and batch, the build's thread count, mmap on)."""
+
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    use_mmap: bool = True
+
+    def config(self) -> dict[str, Any]:
+        """Keyword arguments of `BuildBackend.open_runner`."""
+        return {"n_ctx": self.n_ctx, "threads": self.n_threads, "n_batch": self.n_batch, "use_mmap": self.use_mmap}
+
+
+@dataclass(frozen=True)
+class Decide:
+    """`[validation] decide`: evaluate in looks until every gate is decided (see edgekit.sequential)."""
+
+    gates: Gates  # what must be decided: part of the key, since they decide when evaluation stops
+    looks: int
+    alpha: float = 0.05
+
+
+@dataclass(frozen=True)
 class ValidateTask(Task):
     stage: ClassVar[str] = "validate"
     artifact: QuantizeTask
     reference: ReferenceTask
     bootstrap: Bootstrap
+    engine: EngineSettings
+    decide: Decide | None = field(default=None, metadata=KEYED_IF_SET)
 
     @property
     def label(self) -> str:
         return f"validate {self.artifact.name}"
+
+
+@dataclass(frozen=True)
+class SmokeTask(Task):
+    """Greedy token ids of a few fixed prompts through the engine the box runs; `edgekit install` replays them."""
+
+    stage: ClassVar[str] = "smoke"
+    artifact: QuantizeTask
+    prompts: tuple[str, ...]
+    tokens: int
+    settings: dict[str, Any]  # engine settings besides threads (n_ctx, n_batch…): the box replays with the same
+
+    @property
+    def label(self) -> str:
+        return f"smoke {self.artifact.name}"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=1)
 
 
 @dataclass(frozen=True)
@@ -291,12 +289,13 @@ class TargetPlan:
     gate_sources: dict[str, str]
     quantize: QuantizeTask
     validate: ValidateTask | None
+    smoke: SmokeTask | None = None
     comparisons: tuple[Comparison, ...] = ()
     sensitivity: SensitivityTask | None = None
     label: str = ""  # a ladder candidate's scheme and options, "Q4_K_M+imatrix"
 
     def tasks(self) -> list[Task]:
-        found: list[Task] = [self.quantize] + ([self.validate] if self.validate else [])
+        found: list[Task] = [self.quantize] + [t for t in (self.validate, self.smoke) if t is not None]
         for c in self.comparisons:
             found += [c.quantize, c.validate]
         return found + ([self.sensitivity] if self.sensitivity else [])
@@ -346,6 +345,8 @@ class ReportTask(Task):
     exclude_failed: bool
     command: str
     reproduce: str
+    scored_range: tuple[int, int] | None = None  # token range of the eval text that validation scores
+    scored_sha256: str | None = None  # sha256 of those token ids
 
 
 @dataclass(frozen=True)
@@ -365,6 +366,7 @@ class BundleTask(Task):
     report: ReportTask
     skipped: tuple[SkippedTarget, ...] = ()
     auto: tuple[AutoTarget, ...] = ()  # ladders, settled into `targets` by `edgekit.executors.ladder`
+    release: int = 0  # [bundle] release or `edgekit build --release`: boxes refuse to install a lower one
 
     @property
     def label(self) -> str:

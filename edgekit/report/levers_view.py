@@ -72,10 +72,17 @@ def _comparison(c: dict[str, Any]) -> dict[str, Any]:
         "without": _side(c["without"]),
         "kld_diff": _cell(diff, "kld_mean"),
         "top1_diff": _cell(diff, "top1", "pp"),
-        "source": (details.get("calibration") or {}).get("source", ""),
+        "source": _range_text(details.get("calibration") or {}),
         "chunks": details.get("chunks"),
         "chunk_tokens": details.get("chunk_tokens"),
     }
+
+
+def _range_text(calibration: dict[str, Any]) -> str:
+    if not calibration.get("token_range"):
+        return ""
+    start, end = calibration["token_range"]
+    return f"{calibration.get('text', 'the calibration text')} (tokens {start:,}–{end:,}, none of them scored)"
 
 
 def skipped_text(skipped: dict[str, Any] | None) -> str | None:

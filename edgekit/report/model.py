@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.metrics import ESTIMATORS
 from edgekit.report.text import type_mix_text
 
 if TYPE_CHECKING:
@@ -142,7 +143,19 @@ def _eval_data(ref: dict[str, Any] | None, task: ReportTask) -> dict[str, Any] |
         "context_length": ref.get("context_length"),
         "cloze_items": ref.get("cloze_items"),
         "tasks": list(task.tasks_files),
+        "scored_token_range": list(task.scored_range) if task.scored_range else None,
+        "scored_ids_sha256": task.scored_sha256,
     }
+
+
+def _how_validated(row: dict[str, Any]) -> dict[str, Any]:
+    """The engine settings validation ran the artifact with, and the sequential looks it took (if any)."""
+    seq = {k: v for k, v in (row.get("sequential") or {}).items() if k != "history"}
+    return {"engine": row["engine"], "sequential": seq or None}
+
+
+def _calibrated(row: dict[str, Any]) -> bool:
+    return bool((row.get("details") or {}).get("calibration"))
 
 
 def _signoff(
@@ -174,6 +187,8 @@ def _signoff(
         "versions": versions,
         "reference": None if ref is None else {k: ref.get(k) for k in reference_keys},
         "eval_data": _eval_data(ref, task),
+        "calibration": {a["name"]: (a.get("details") or {})["calibration"] for a in rows if _calibrated(a)},
+        "validation": {a["name"]: _how_validated(a) for a in rows if a.get("engine")},
         "thresholds": {a["name"]: a.get("gates") for a in rows},
         "policy": {
             "on_inconclusive": task.on_inconclusive,
@@ -183,6 +198,7 @@ def _signoff(
         "verdicts": {a["name"]: a["verdict"] for a in rows},
         "statistics": {
             "interval": "95% percentile block bootstrap",
+            "kld_estimators": dict(ESTIMATORS),
             "block_tokens": task.bootstrap.block_tokens,
             "resamples": task.bootstrap.resamples,
             "seed": task.bootstrap.seed,
@@ -205,6 +221,8 @@ def build_report(
     bench: dict[str, Any] | None,
     versions: dict[str, Any],
     levers: dict[str, Any] | None = None,
+    repairs: list[dict[str, Any]] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.name: t for t in targets}
     rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
@@ -223,4 +241,6 @@ def build_report(
         "ladders": (levers or {}).get("ladders", []),
         "comparisons": (levers or {}).get("comparisons", []),
         "sensitivity": (levers or {}).get("sensitivity", []),
+        "cache_repairs": repairs or [],
+        "memory": memory,
     }

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from edgekit.report.levers_view import levers_view
+from edgekit.report.sections import differences_view, engine_text, repairs_view, sequential_text, to_decide_text
 from edgekit.report.text import fmt, fmt_ci, sample_size, type_mix_text, type_params
 
 # key, label, what it is, format ("g" significant digits, "%" percentage)
@@ -18,6 +19,8 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("kld_median", "median KLD", "median per-token KLD", "g"),
     ("kld_p99", "KLD p99", "99th percentile of per-token KLD: the bad tail", "g"),
     ("kld_max", "KLD max", "largest per-token KLD (no interval: a maximum has none worth reporting)", "g"),
+    ("kld_coarse_mean", "top-k KLD, mean", "KL over the reference's top-k tokens + one bucket for the rest", "g"),
+    ("kld_coarse_p99", "top-k KLD, p99", "99th percentile of that exact per-token lower bound", "g"),
     ("ppl", "perplexity", "exp(mean NLL of the actual next token)", "g"),
     ("ppl_ratio", "PPL ratio", "PPL(artifact) / PPL(reference), paired over the same tokens", "g"),
     ("top1", "top-1 agreement", "share of positions where artifact and reference pick the same token", "%"),
@@ -37,7 +40,7 @@ PLOTS_DIR = "plots"
 def _metric_rows(metrics: dict[str, Any], gates: dict[str, Any] | None) -> list[dict[str, str]]:
     gated = {
         "kld_mean": "kld_mean_max",
-        "kld_p99": "kld_p99_max",
+        "kld_coarse_p99": "kld_p99_max",
         "ppl_ratio": "ppl_ratio_max",
         "top1": "top1_min",
     }
@@ -57,6 +60,7 @@ def _metric_rows(metrics: dict[str, Any], gates: dict[str, Any] | None) -> list[
                 "ci": fmt_ci(est, kind) or "—",
                 "n": sample_size(est),
                 "gate": f"{GATE_LABELS[gate]} {fmt(threshold, kind)}" if threshold is not None else "",
+                "estimator": est.get("estimator") or "",
             }
         )
     return rows
@@ -82,7 +86,9 @@ def _task_rows(tasks: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _check_rows(checks: list[dict[str, Any]], sources: dict[str, str]) -> list[dict[str, str]]:
+def _check_rows(
+    checks: list[dict[str, Any]], sources: dict[str, str], per_window: tuple[int, int] | None
+) -> list[dict[str, str]]:
     rows = []
     for c in checks:
         kind = "%" if c["metric"] == "top1" else ("pp" if c["metric"].startswith("task_drop") else "g")
@@ -98,6 +104,7 @@ def _check_rows(checks: list[dict[str, Any]], sources: dict[str, str]) -> list[d
                 "n": f"{c['n']:,}",
                 "verdict": c["verdict"],
                 "source": sources.get(c["gate"], ""),
+                "decide": to_decide_text(c, per_window),
             }
         )
     return rows
@@ -243,9 +250,10 @@ def _bench_view(bench: Any) -> dict[str, Any] | None:
     return {"artifacts": artifacts, "scalars": scalar_rows, "series": series_rows, "other": other}
 
 
-def _artifact_view(a: dict[str, Any]) -> dict[str, Any]:
+def _artifact_view(a: dict[str, Any], per_window: tuple[int, int] | None) -> dict[str, Any]:
     metrics = a.get("metrics") or {}
     types = a.get("tensor_types") or {}
+    task_gated = (a.get("gates") or {}).get("task_drop_max") is not None
     return {
         "name": a["name"],
         "anchor": "artifact-" + "".join(c if c.isalnum() else "-" for c in a["name"]),
@@ -261,9 +269,13 @@ def _artifact_view(a: dict[str, Any]) -> dict[str, Any]:
         "reasons": a.get("reasons") or [],
         "notes": a.get("notes") or [],
         "fallbacks": (a.get("details") or {}).get("fallbacks") or {},
-        "checks": _check_rows(a.get("checks") or [], a.get("gate_sources") or {}),
+        "checks": _check_rows(a.get("checks") or [], a.get("gate_sources") or {}, per_window),
         "metrics": _metric_rows(metrics, a.get("gates")),
         "tasks": _task_rows(a.get("tasks") or {}),
+        "tasks_gated": task_gated,
+        "engine": engine_text(a.get("engine")),
+        "sequential": sequential_text(a.get("sequential")),
+        "differences": differences_view(a),
         "types": _type_rows(types),
         "quantiles": _quantile_rows(a.get("kld_distribution")),
         "tokenizer": a.get("tokenizer_check") or {},
@@ -321,6 +333,26 @@ def _figures(plots: dict[str, tuple[str, bytes]] | None) -> list[dict[str, str]]
     ]
 
 
+def _memory_view(memory: dict[str, Any] | None, reference: dict[str, Any] | None) -> dict[str, str | None]:
+    """One line for the reference's memory mode and one for peak resident memory per stage (None: not measured)."""
+    out: dict[str, str | None] = {"reference": None, "peaks": None}
+    if reference:
+        how = "one decoder layer at a time" if reference["mode"] == "stream" else "the whole model at once"
+        out["reference"] = (
+            f'{how} (reference_memory = "{reference["requested"]}"; estimated {reference["estimate_full_mib"]:,} MiB '
+            f"whole, {reference['estimate_stream_mib']:,} MiB streamed; {reference['available_mib']:,} MiB "
+            f"available, {reference['limited_by']})"
+        )
+    if memory:
+        stages = [
+            f"{name} {m['rss_anon_peak_mib']:,} + {m['rss_file_peak_mib']:,}" for name, m in memory["stages"].items()
+        ]
+        build = memory["build"]
+        stages.append(f"this build {build['rss_anon_peak_mib']:,} + {build['rss_file_peak_mib']:,}")
+        out["peaks"] = "; ".join(stages)
+    return out
+
+
 def _ppl_reference(report: dict[str, Any]) -> dict[str, str] | None:
     found = next(((a.get("metrics") or {}).get("ppl_reference") for a in report.get("artifacts", [])
                   if (a.get("metrics") or {}).get("ppl_reference")), None)  # fmt: skip
@@ -331,7 +363,11 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
     """Everything the templates show, formatted."""
     signoff = report.get("signoff") or {}
     rows = report.get("artifacts", [])
-    artifacts = [_artifact_view(a) for a in rows]
+    ref = report.get("reference") or {}
+    per_window = None
+    if ref.get("context_length") and ref.get("first_scored") is not None:
+        per_window = (ref["context_length"] - 1 - ref["first_scored"], ref["context_length"])
+    artifacts = [_artifact_view(a, per_window) for a in rows]
     summary = [_artifact_summary(a, entry) for a, entry in zip(rows, artifacts, strict=True)]
     noise_row, noise_view = _noise_views(report.get("noise_floor"))
     summary += [noise_row] if noise_row else []
@@ -353,6 +389,8 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "required_failed": required_failed,
         "outcome": "FAILED" if required_failed else "OK",
         "bench": _bench_view(report.get("bench")),
+        "repairs": repairs_view(report.get("cache_repairs")),
+        "memory": _memory_view(report.get("memory"), (report.get("reference") or {}).get("memory")),
         "gate_labels": GATE_LABELS,
         "fmt": fmt,
         **levers_view(report),

@@ -53,7 +53,10 @@ def render_runtime_toml(values: dict[str, Any]) -> str:
 
 
 def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None) -> RuntimeConfig:
+    """runtime.toml (signed with the bundle), then runtime.local.toml (the box's, checked against the same schema:
+    only a [runtime] table of known keys and valid values), then `overrides` (command-line options)."""
     values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     for name in (RUNTIME_FILE, LOCAL_FILE):
         path = bundle / name
         if not path.is_file():
@@ -62,13 +65,24 @@ def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None) -
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {name}") from None
+        extra = sorted(set(data) - {"runtime"})
+        if extra or not isinstance(data.get("runtime", {}), dict):
+            raise RuntimeConfigError(
+                f"{path}: holds {', '.join(f'[{k}]' for k in extra) or 'a runtime key'} besides a [runtime] table",
+                f"{name} holds only a [runtime] table; fix or delete it",
+            )
         values.update(data.get("runtime", {}))
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        origin.update(dict.fromkeys(data.get("runtime", {}), name))
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values.update(given)
+    origin.update(dict.fromkeys(given, "the command line"))
     try:
         return RuntimeConfig(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
+        where = origin.get(str(first["loc"][0]) if first["loc"] else "", RUNTIME_FILE)
+        path = bundle / where if where in (RUNTIME_FILE, LOCAL_FILE) else where
         raise RuntimeConfigError(
-            f"{bundle / RUNTIME_FILE}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
+            f"{path}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
         ) from None

@@ -1,8 +1,9 @@
 """Used by Dockerfile.edge: cut a copied bundle down to exactly what its manifest lists, then verify it.
 
 The image is built with the bundle folder as its context, which may hold more than the bundle
-(a wheel to install, a box's runtime.local.toml). What goes into the image is the manifest's
-files, plus manifest.json and its signature; a modified bundle fails the image build.
+(a wheel to install, trusted public keys, a box's runtime.local.toml). What goes into the image is
+the manifest's files, plus manifest.json and its signature; a modified bundle fails the image build,
+and so does one the image's trust policy refuses (when keys were put in /etc/edgekit/trusted-keys).
 
     python -m edgekit.runtime.image /stage/bundle
 """
@@ -13,9 +14,10 @@ import sys
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
-from edgekit.manifest import MANIFEST, load_manifest, verify_bundle
+from edgekit.manifest import MANIFEST, SIGNATURE, load_manifest
+from edgekit.ship.trust import check_bundle
 
-KEEP = frozenset({MANIFEST, "manifest.sig"})
+KEEP = frozenset({MANIFEST, SIGNATURE})
 
 
 def prune_to_manifest(bundle: Path) -> list[str]:
@@ -30,7 +32,7 @@ def prune_to_manifest(bundle: Path) -> list[str]:
                 removed.append(rel)
         elif path.is_dir() and not any(path.iterdir()):
             path.rmdir()
-    verify_bundle(bundle)
+    check_bundle(bundle)
     return sorted(removed)
 
 

@@ -1,20 +1,23 @@
 """Open a bundle on the box: verify it, read its runtime config, place it (NUMA, threads), load, warm up.
 
-`run`, `serve`, `bench` and `tune` all start here, so every one of them refuses a bundle that
-does not match its manifest before a single byte of the model is loaded.
+`run`, `serve`, `bench` and `tune` all start here, so every one of them refuses a bundle that does not
+match its manifest, or that the box's trust policy refuses (`edgekit.ship.trust`), before a single byte
+of the model is loaded.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.manifest import artifact_record, verify_bundle
+from edgekit.manifest import artifact_record
 from edgekit.runtime import machine, numa
 from edgekit.runtime.config import RuntimeConfig, load_runtime_config
 from edgekit.runtime.engines import Engine, Sampling, load_engine
+from edgekit.ship.trust import check_bundle
 
 
 @dataclass
@@ -42,11 +45,18 @@ class LoadedBundle(BundleInfo):
 
 
 def inspect_bundle(
-    bundle: Path, *, artifact: str | None = None, overrides: dict[str, Any] | None = None, verify: bool = True
+    bundle: Path,
+    *,
+    artifact: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    verify: bool = True,
+    trusted_keys: Sequence[Path] = (),
 ) -> BundleInfo:
-    """Verify `bundle` and resolve how it runs here, without loading the model."""
-    bundle = Path(bundle).absolute()
-    manifest = verify_bundle(bundle) if verify else _manifest(bundle)
+    """Verify `bundle` (and its signature, when the box has a trust policy); resolve how it runs here."""
+    # Resolved once: through a link such as ROOT/current, what is verified is what is loaded, even if the
+    # link is switched meanwhile.
+    bundle = Path(bundle).resolve()
+    manifest = check_bundle(bundle, trusted_keys).manifest if verify else _manifest(bundle)
     config = load_runtime_config(bundle, overrides)
     record = artifact_record(manifest, artifact or config.artifact)
     plan = numa.choose_policy(numa.read_topology(), int(record.get("size") or 0), config.numa, config.numa_node)
@@ -72,8 +82,9 @@ def open_bundle(
     overrides: dict[str, Any] | None = None,
     verify: bool = True,
     warm_up: bool = True,
+    trusted_keys: Sequence[Path] = (),
 ) -> LoadedBundle:
-    info = inspect_bundle(bundle, artifact=artifact, overrides=overrides, verify=verify)
+    info = inspect_bundle(bundle, artifact=artifact, overrides=overrides, verify=verify, trusted_keys=trusted_keys)
     return load(info, warm_up=warm_up)
 
 

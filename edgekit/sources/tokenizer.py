@@ -30,6 +30,23 @@ class HFTokenizer:
     def tokenize(self, text: str) -> list[int]:
         return list(self._tokenizer(text, add_special_tokens=False).input_ids)
 
+    @property
+    def prefix_token_id(self) -> int | None:
+        """What lm-evaluation-harness conditions an empty context on: BOS, else EOS."""
+        tok = self._tokenizer
+        return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+    @property
+    def stop_ids(self) -> list[int]:
+        return [self._tokenizer.eos_token_id] if self._tokenizer.eos_token_id is not None else []
+
+    def chat_prompt_ids(self, text: str) -> list[int] | None:
+        """`text` as one user turn in the model's chat template, ready for the reply; None without a template."""
+        if not getattr(self._tokenizer, "chat_template", None):
+            return None
+        messages = [{"role": "user", "content": text}]
+        return list(self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         encoded = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         return list(encoded.input_ids), [tuple(o) for o in encoded.offset_mapping]

@@ -8,7 +8,9 @@ Layout:
     models/<artifact>    one file (GGUF) or folder (OpenVINO IR, ONNX) per artifact
     tokenizer/           the source tokenizer files and chat template
     report.json/.md/.html  the accuracy sign-off (and benchmark figures)
+    logs/                the build's log and every stage's logs: what other libraries printed (edgekit.stagelog)
     Dockerfile.edge      a runtime image for this bundle
+    edgekit.service      a systemd unit serving the box's current release (edgekit.ship.service)
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.fsutil import ensure_free_space, write_json_atomic, write_text_atomic
-from edgekit.hashing import file_records, sha256_json
+from edgekit.cache import CacheEntry
+from edgekit.errors import CorruptCacheEntry
+from edgekit.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
+from edgekit.hashing import copy_hashed, file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.records import Artifact, Checkpoint
 from edgekit.runtime.config import render_runtime_toml
+from edgekit.ship import service
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 
 # tokenizer/ in the bundle: the tokenizer files, and the configs that say how it is used (BOS, EOS).
@@ -59,7 +64,10 @@ def stage_files(
 ) -> list[dict[str, Any]]:
     """Copy the artifacts, tokenizer, recipe, runtime config and launcher into `tmp`; return the artifact records."""
     ensure_free_space(tmp.parent, sum(a.size for a in artifacts) + 16 * 2**20)
-    records = [_artifact_record(tmp, a, verdicts) for a in artifacts]
+    damaged: list[dict[str, str]] = []
+    records = [_artifact_record(tmp, a, verdicts, damaged) for a in artifacts]
+    if damaged:  # the pipeline drops and rebuilds these entries, then stages the bundle again
+        raise CorruptCacheEntry(damaged)
     for name in BUNDLED_TOKENIZER:
         if checkpoint.path is not None and (checkpoint.path / name).is_file():
             _copy(checkpoint.path / name, tmp / "tokenizer" / name)
@@ -73,10 +81,28 @@ def stage_files(
     return records
 
 
-def _artifact_record(tmp: Path, artifact: Artifact, verdicts: dict[str, str]) -> dict[str, Any]:
+def add_ship_files(
+    tmp: Path,
+    task: BundleTask,
+    records: list[dict[str, Any]],
+    entries: dict[str, CacheEntry],
+    bench: dict[str, Any] | None,
+    default: str,
+) -> None:
+    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit."""
+    smoke = {t.name: entries[t.smoke.key].result for t in task.targets if t.smoke is not None}
+    for record in records:
+        record["smoke"] = smoke.get(record["name"], {"skipped": "not recorded"})
+    size = next((r["size"] for r in records if r["name"] == default), 0)
+    memory, why = service.memory_max_mib(bench, default, size)
+    write_text_atomic(tmp / service.SERVICE, service.render_unit(task.name, __version__, memory, why))
+
+
+def _artifact_record(
+    tmp: Path, artifact: Artifact, verdicts: dict[str, str], damaged: list[dict[str, str]]
+) -> dict[str, Any]:
     rel = Path("models") / artifact_filename(artifact)
-    _copy(artifact.path, tmp / rel)
-    files = file_records(tmp / rel)
+    files = _copy_verified(artifact, tmp / rel, damaged)
     return {
         "name": artifact.name,
         "backend": artifact.backend,
@@ -104,6 +130,7 @@ def seal_manifest(
         "schema_version": SCHEMA_VERSION,
         "edgekit_version": __version__,
         "name": task.name,
+        "release": task.release,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "built_on": {"machine": platform.machine(), "system": platform.system(), "python": sys.version.split()[0]},
         "recipe": {"path": task.report.recipe_path, "sha256": task.report.recipe_sha256},
@@ -136,6 +163,36 @@ def runtime_values(
     if bench:
         values.update(derive_runtime(bench, chosen.name, values))
     return values
+
+
+def _copy_verified(artifact: Artifact, dst: Path, damaged: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Copy the artifact out of its cache entry, hashing while copying; every file must have the sha256 its
+    entry recorded when it was made (a same-size corruption passes the cache's size check, not this one)."""
+    src = artifact.path
+    sources = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    files = []
+    for path in sources:
+        rel = path.name if src.is_file() else path.relative_to(src).as_posix()
+        target = dst if src.is_file() else dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        found = copy_hashed(path, target)
+        os.chmod(target, 0o644)
+        recorded = artifact.recorded_sha256(path)
+        if recorded is not None and recorded != found:
+            damaged.append({"artifact": artifact.name, "key": artifact.key, "file": path.relative_to(src.parent)
+                            .as_posix(), "recorded_sha256": recorded, "found_sha256": found})  # fmt: skip
+        files.append({"path": rel, "size": target.stat().st_size, "sha256": found})
+    return files
+
+
+def stage_logs(tmp: Path, logs: dict[str, Path], build_log: str | None) -> None:
+    """logs/build.log (`build_log`: planning and bundling) and logs/<stage>/<file>.log: the log files of every
+    stage entry the bundle was made from (in this build or an earlier one: an entry keeps its maker's logs)."""
+    if build_log is not None:
+        write_bytes_atomic(tmp / "logs" / "build.log", build_log.encode("utf-8"), mode=0o644)
+    for name, entry in logs.items():
+        for path in sorted(entry.glob("*.log")):
+            _copy(path, tmp / "logs" / name / path.name)
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -1,7 +1,9 @@
-"""imatrix: an importance matrix of the converted GGUF on the calibration text, with llama.cpp's `llama-imatrix`.
+"""imatrix: an importance matrix of the converted GGUF on the calibration range, with llama.cpp's `llama-imatrix`.
 
-Cached by the converted model, the calibration text, the windows read and the tools build; every gguf target
-with `imatrix = true` (and every ladder candidate) of the same model shares it.
+The range is the plan's (`edgekit.plan.calibration`): the end of the text, past every scored token. The tool
+reads text, so it gets the range's characters and tokenizes them itself. Cached by the converted model, the
+range, the windows read and the tools build; every gguf target with `imatrix = true` (and every ladder
+candidate) of the same model shares it.
 """
 
 from __future__ import annotations
@@ -18,14 +20,13 @@ from edgekit.stages.context import StageContext
 
 def run(task: ImatrixTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     model = ctx.entry(task.converted).path / F16_FILE
-    what = f"imatrix  {task.chunks} windows of {task.context} tokens from window {task.first_chunk} (llama-imatrix)"
+    cal = task.calibration
+    what = f"imatrix  {task.chunks} windows of {task.context} tokens, tokens {cal.start:,}–{cal.end:,} (llama-imatrix)"
     with ctx.progress.task(what):
         try:
-            compute_imatrix(model, task.calibration.text, task.first_chunk, task.chunks, task.context, out,
-                            ctx.threads)  # fmt: skip
+            compute_imatrix(model, task.text.text[task.char_start :], task.chunks, task.context, out, ctx.threads)
         except StageError as exc:
-            raise StageError("imatrix", exc.message.removeprefix("[imatrix] "), "the calibration text must hold "
-                             f"more than {task.first_chunk + 2} windows of {task.context} tokens after the scored "
-                             "range: use a longer [validation] text, or lower imatrix_context") from None  # fmt: skip
-    return {"path": IMATRIX_FILE, **imatrix_summary(out / IMATRIX_FILE),
-            "calibration": {"source": task.source, "sha256": task.calibration.sha256}}  # fmt: skip
+            raise StageError("imatrix", exc.message.removeprefix("[imatrix] "), f"tokens {cal.start:,}–{cal.end:,} "
+                             f"of {cal.origin} must hold {task.chunks} windows of {task.context} tokens as llama.cpp "
+                             "tokenizes them: lower imatrix_chunks or imatrix_context") from None  # fmt: skip
+    return {"path": IMATRIX_FILE, **imatrix_summary(out / IMATRIX_FILE), "calibration": cal.record()}

@@ -16,14 +16,16 @@ def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     backend = build_backend(task.backend)
     options = backend.options_model.model_validate(task.options)
     converted = ctx.entry(task.converted).path
-    calibration = task.calibration.text if task.calibration is not None else None
+    ids = task.calibration.ids.array().tolist() if task.calibration is not None else None
     extra: dict[str, Any] = {}
     if task.imatrix is not None:  # only backends whose `levers()` ask for a matrix take it
         imatrix = ctx.entry(task.imatrix)
         extra["imatrix"] = imatrix.path / imatrix.result["path"]
-    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, calibration,
-                                        **extra)  # fmt: skip
-    if task.imatrix is not None:
+    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, ids, **extra)
+    if task.calibration is not None:  # which tokens of which text: the plan's record, disjoint from the scored ones
+        details["calibration"] = {**(details.get("calibration") or {}), **task.calibration.record()}
+    if task.imatrix is not None:  # the matrix read the calibration range: the sign-off lists it like any other
+        details["calibration"] = task.imatrix.calibration.record()
         recorded = {k: v for k, v in ctx.entry(task.imatrix).result.items() if k != "path"}
         details["imatrix"] = {**recorded, "cache_key": task.imatrix.key, "written": details.get("imatrix", {})}
     return {"path": relpath, "details": details}
@@ -38,4 +40,5 @@ def artifact(task: QuantizeTask, entry: CacheEntry) -> Artifact:
         path=entry.path / entry.result["path"],
         key=entry.key,
         details=entry.result["details"],
+        recorded={f["path"]: f["sha256"] for f in entry.files},  # relative to the entry folder
     )

@@ -6,27 +6,28 @@ log-probability of the actual next token (1,028 bytes a token with k = 64 and 64
 for wikitext-2's 330k tokens, for a 32k or a 150k vocabulary alike, where full FP16 logits would be
 21 GiB or 100 GiB). Arrays are written window by window into memory-mapped .npy files and read back
 the same way, so memory does not grow with the eval length. The noise floor (the reference against
-itself in a second dtype) is computed here too. `export_reference` / `import_reference` carry the
-entry from a GPU box to CPU build boxes.
+itself in a second dtype) is computed here too. Memory does not grow with the model either when the
+reference is streamed one decoder layer at a time (`edgekit.streamed`, the same logits to the bit):
+`plan_memory` chooses whole or streamed from the model's size and what may be allocated, and stops
+with exit 3 when neither fits. `export_reference` / `import_reference` carry the entry from a GPU box
+to CPU build boxes.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgekit.cache import CacheEntry, StageCache
-from edgekit.errors import UsageError
+from edgekit.cache import CacheEntry
+from edgekit.differences import reference_completions
 from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
 from edgekit.metrics import reference_slice
 from edgekit.plan.tasks import Bootstrap, ReferenceTask
 from edgekit.progress import Progress
+from edgekit.refmemory import MemoryPlan
 from edgekit.scoring import (
     ARRAYS,
     Reference,
@@ -41,49 +42,108 @@ from edgekit.stages.context import StageContext
 
 STAGE = "reference"
 NOISE_FILE = "noise_floor.npz"
+STREAM_DIR = ".stream"  # the streamed pass's hidden states, removed before the entry is published
 
 
 def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     from edgekit.stages.fetch import checkpoint
-    from edgekit.torch_runner import TorchRunner, resolve_device
+    from edgekit.torch_runner import resolve_device
 
     device = resolve_device(task.device, task.dtype)
     path = checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
+    dtypes = [device.dtype] + ([task.noise_floor_dtype] if task.noise_floor_dtype not in ("none", device.dtype) else [])
+    memory = plan_memory(task, device.device, path, dtypes)
     started = time.time()
-    with ctx.progress.task(f"reference  load checkpoint on torch {device.device} {device.dtype}"):
-        runner = TorchRunner(path, device, ctx.threads)
+    model = _open_model(memory.mode, task, device, path, dtypes, out, ctx)
     try:
-        windows = task.eval.windows
-        np.save(out / "tokens.npy", windows.ids)
-        k, s = min(task.top_k, runner.vocab_size - 1), task.tail_samples
-        correct = _score_windows(runner, task, windows, k, s, out, ctx.progress)
-        task_records = [_task_record(t, score_task(t, runner, ctx.progress, "reference")) for t in task.eval.tasks]
-        vocab_size = runner.vocab_size
+        with ctx.progress.task(f"reference  load checkpoint on torch {device.device} {device.dtype}"):
+            runner = model.runner(device.dtype)
+        try:
+            windows = task.eval.windows
+            np.save(out / "tokens.npy", windows.ids)
+            k, s = min(task.top_k, runner.vocab_size - 1), task.tail_samples
+            correct = _score_windows(runner, task, windows, k, s, out, ctx.progress)
+            task_records = [_task_record(t, score_task(t, runner, ctx.progress, "reference")) for t in task.eval.tasks]
+            completions = _completions(runner, task, memory.mode, ctx)
+            vocab_size = runner.vocab_size
+        finally:
+            runner.close()
+        result: dict[str, Any] = {
+            "device": device.device,
+            "dtype": device.dtype,
+            "device_name": device.name,
+            "context_length": windows.length,
+            "first_scored": windows.first_scored,
+            "tokens": len(windows.ids),
+            "windows": windows.count,
+            "scored_tokens": windows.scored_total,
+            "top_k": k,
+            "tail_samples": s,
+            "vocab_size": vocab_size,
+            "text": {"origin": task.eval.text.origin, "sha256": task.eval.text.sha256},
+            "cloze": {"items": [[c.window, c.start, c.end] for c in task.eval.cloze], "reference_correct": correct},
+            "tasks": task_records,
+            "completions": completions,
+            "reference_seconds": round(time.time() - started, 2),
+            "storage_bytes_per_token": (k + s) * 8 + 4,
+            "memory": memory.as_record(),
+            "noise_floor": None,
+        }
+        if len(dtypes) > 1:
+            partial = _open(task, out, result)  # the entry is still being produced: read the arrays just written
+            result["noise_floor"] = _noise_floor(dtypes[1], model, partial, out, ctx)
     finally:
-        runner.close()
-    result: dict[str, Any] = {
-        "device": device.device,
-        "dtype": device.dtype,
-        "device_name": device.name,
-        "context_length": windows.length,
-        "first_scored": windows.first_scored,
-        "tokens": len(windows.ids),
-        "windows": windows.count,
-        "scored_tokens": windows.scored_total,
-        "top_k": k,
-        "tail_samples": s,
-        "vocab_size": vocab_size,
-        "text": {"origin": task.eval.text.origin, "sha256": task.eval.text.sha256},
-        "cloze": {"items": [[c.window, c.start, c.end] for c in task.eval.cloze], "reference_correct": correct},
-        "tasks": task_records,
-        "reference_seconds": round(time.time() - started, 2),
-        "storage_bytes_per_token": (k + s) * 8 + 4,
-        "noise_floor": None,
-    }
-    if task.noise_floor_dtype not in ("none", device.dtype):
-        partial = _open(task, out, result)  # the entry is still being produced: read the arrays just written
-        result["noise_floor"] = _noise_floor(task, device, path, partial, out, ctx)
+        model.close()
     return result
+
+
+def plan_memory(task: ReferenceTask, device: str, checkpoint: Path, dtypes: list[str]) -> MemoryPlan:
+    """Whole or streamed, from the checkpoint's sizes and what this process may allocate; exit 3 if neither fits."""
+    from edgekit.memwatch import available_memory
+    from edgekit.refmemory import ModelShape, choose, estimates
+
+    windows = task.eval.windows
+    longest = max([windows.length] + [len(i.ids) for t in task.eval.tasks for i in t.items])
+    needs = estimates(ModelShape.of(checkpoint), dtypes, longest, windows.scored_per_window)
+    streamable = None
+    if task.memory == "stream" or (task.memory == "auto" and device == "cpu"):
+        from transformers import AutoConfig
+
+        from edgekit.streamed import why_not_streamable
+
+        streamable = why_not_streamable(checkpoint, AutoConfig.from_pretrained(checkpoint))
+    return choose(task.memory, device, needs, available_memory(), streamable)
+
+
+def _completions(runner: Any, task: ReferenceTask, mode: str, ctx: StageContext) -> list[dict[str, Any]]:
+    """Greedy completions need new sequences each step: a streamed reference only holds the ones it streamed."""
+    if mode != "full" or not task.eval.prompts:
+        return []
+    with ctx.progress.task(f"reference  greedy completions of {len(task.eval.prompts)} prompts"):
+        return reference_completions(runner, task.eval.prompts)
+
+
+def _open_model(
+    mode: str, task: ReferenceTask, device: Any, checkpoint: Path, dtypes: list[str], out: Path, ctx: StageContext
+) -> Any:
+    """`runner(dtype)` for each dtype: the whole model loaded per dtype, or every sequence streamed through once."""
+    from edgekit.torch_runner import WholeModel
+
+    if mode == "full":
+        return WholeModel(checkpoint, device, ctx.threads)
+    from edgekit.streamed import StreamedModel
+
+    sequences = [task.eval.windows.window(i) for i in range(task.eval.windows.count)]
+    sequences += [item.ids for t in task.eval.tasks for item in t.items]
+    stream = StreamedModel(checkpoint, device.device, dtypes, sequences, out / STREAM_DIR, ctx.threads)
+    try:
+        label = f"reference  streamed: {stream.layers} layers × {len(stream.index)} sequences, {' + '.join(dtypes)}"
+        with ctx.progress.task(label, total=stream.layers + 1) as t:
+            stream.run(t.advance)
+    except BaseException:
+        stream.close()
+        raise
+    return stream
 
 
 def _score_windows(
@@ -147,22 +207,17 @@ def load_reference(task: ReferenceTask, entry: CacheEntry) -> Reference:
     return ref
 
 
-def _noise_floor(
-    task: ReferenceTask, device: Any, checkpoint: Path, ref: Reference, out: Path, ctx: StageContext
-) -> dict[str, Any]:
+def _noise_floor(dtype: str, model: Any, ref: Reference, out: Path, ctx: StageContext) -> dict[str, Any]:
     """The reference against itself in a second dtype: what 'no quantization error' looks like here."""
-    from edgekit.torch_runner import ReferenceDevice, TorchRunner
-
-    second = ReferenceDevice(device.device, task.noise_floor_dtype, device.name)
-    with ctx.progress.task(f"reference  noise floor: load torch {second.device} {second.dtype}"):
-        runner = TorchRunner(checkpoint, second, ctx.threads)
+    with ctx.progress.task(f"reference  noise floor: load torch {dtype}"):
+        runner = model.runner(dtype)
     try:
-        evaluation = evaluate(runner, ref, ctx.progress, f"noise floor ({second.dtype})")
+        evaluation = evaluate(runner, ref, ctx.progress, f"noise floor ({dtype})")
     finally:
         runner.close()
     save_evaluation(out / NOISE_FILE, evaluation)
     return {
-        "dtype": second.dtype,
+        "dtype": dtype,
         "file": NOISE_FILE,
         "task_scores": {k: [[s.loglik, s.greedy] for s in v] for k, v in evaluation.task_scores.items()},
     }
@@ -175,29 +230,3 @@ def noise_floor_metrics(ref: Reference, bootstrap: Bootstrap) -> dict[str, Any] 
     evaluation = load_evaluation(ref.path / noise["file"], noise["task_scores"])
     summary = summarise(evaluation, ref, bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
     return {"dtype": noise["dtype"], **summary, "token_file": str(ref.path / noise["file"])}
-
-
-def export_reference(entry: CacheEntry, dest: Path) -> Path:
-    """Copy a reference cache entry so another machine can import it into its cache."""
-    target = dest / f"{STAGE}-{entry.key}"
-    shutil.copytree(entry.path, target)
-    return target
-
-
-def import_reference(src: Path, cache: StageCache) -> CacheEntry:
-    try:
-        meta = json.loads((src / "entry.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        meta = {}
-    if meta.get("stage") != STAGE or "key" not in meta:
-        raise UsageError(f"{src} is not a reference exported by `edgekit reference --export`")
-    final = cache.entry_path(STAGE, meta["key"])
-    if not final.exists():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.pid{os.getpid()}.partial")
-        shutil.copytree(src, tmp)
-        os.replace(tmp, final)
-    found = cache.lookup(STAGE, meta["key"])
-    if found is None:
-        raise UsageError(f"{src} is incomplete or damaged (file sizes differ from its entry.json)")
-    return found

@@ -1,21 +1,28 @@
-"""validate: an artifact against the reference, on the same tokens, through its backend's runner.
+"""validate: an artifact against the reference, on the same tokens, through its backend's runtime engine.
 
-The candidate must first tokenize the eval text to the reference's ids (else the comparison would be
-meaningless and validation stops at the first differing token); then it is scored on every window
-and task. Metrics are cached per (artifact, reference, bootstrap settings); gates are judged after,
-from the plan (`edgekit.gates`), so changing a threshold re-judges without re-running anything.
+The artifact runs in its engine configured as the bundle's runtime.toml will configure it (what is scored
+is what the box computes). It must first tokenize the eval text to the reference's ids (else the comparison
+would be meaningless and validation stops at the first differing token); then it is scored on every window
+and task — or, with `[validation] decide`, look by look until every gate is decided (`edgekit.sequential`).
+Metrics are cached per (artifact, reference, engine and bootstrap settings); gates are judged after, from
+the plan (`edgekit.gates`), so changing a threshold re-judges without re-running anything (except in
+decide mode, where the gates say when to stop). The result also holds where the artifact differs most
+(`edgekit.differences`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from edgekit.plan.tasks import Bootstrap, ValidateTask
+from edgekit.differences import compared_completions, worst_spans
+from edgekit.plan.tasks import Bootstrap, Decide, EngineSettings, ValidateTask
 from edgekit.progress import Progress
 from edgekit.records import Artifact
 from edgekit.registry import build_backend
 from edgekit.scoring import Reference, check_tokenizer, evaluate, save_evaluation, summarise
+from edgekit.sequential import evaluate_until_decided
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 from edgekit.stages.reference import load_reference
@@ -27,22 +34,40 @@ def run(task: ValidateTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     artifact = quantize.artifact(task.artifact, ctx.entry(task.artifact))
     ref = load_reference(task.reference, ctx.entry(task.reference))
     return validate_artifact(artifact, ref, task.reference.eval.text.text, task.bootstrap, out, ctx.progress,
-                             ctx.threads)  # fmt: skip
+                             task.engine, task.decide)  # fmt: skip
 
 
 def validate_artifact(
-    artifact: Artifact, ref: Reference, text: str, bootstrap: Bootstrap, out: Path, progress: Progress, threads: int
+    artifact: Artifact,
+    ref: Reference,
+    text: str,
+    bootstrap: Bootstrap,
+    out: Path,
+    progress: Progress,
+    engine: EngineSettings,
+    decide: Decide | None = None,
 ) -> dict[str, Any]:
     """Score `artifact` against `ref` into `out` (per-token figures) and return its metrics."""
-    longest = max([ref.windows.length] + [len(i.ids) for t in ref.tasks for i in t.items])
     with progress.task(f"validate  load {artifact.name}"):
-        runner = build_backend(artifact.backend).open_runner(artifact.path, n_ctx=longest, threads=threads)
+        runner = build_backend(artifact.backend).open_runner(artifact.path, **engine.config())
     try:
         compared = check_tokenizer(runner, ref, text, artifact.name)
-        evaluation = evaluate(runner, ref, progress, artifact.name)
+        settings = (bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
+        if decide is None:
+            evaluation = evaluate(runner, ref, progress, artifact.name)
+            result = summarise(evaluation, ref, *settings)
+        else:
+            evaluation, result = evaluate_until_decided(
+                runner, ref, decide.gates, decide.looks, decide.alpha, settings, progress, artifact.name
+            )
+        with progress.task(f"validate  {artifact.name}: where it differs"):
+            result["differences"] = {
+                "spans": worst_spans(evaluation, ref, runner.detokenize),
+                "completions": compared_completions(runner, ref.meta.get("completions") or [], runner.detokenize),
+            }
     finally:
         runner.close()
     save_evaluation(out / TOKEN_FILE, evaluation)
-    result = summarise(evaluation, ref, bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
     result["tokenizer_check"] = {"tokens_compared": compared, "identical": True}
+    result["engine"] = {"backend": artifact.backend, **dataclasses.asdict(engine)}
     return result

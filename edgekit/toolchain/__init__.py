@@ -5,7 +5,7 @@ version in the toolchain folder (`toolchain_root()`), never copied into this rep
 (`get_converter`) is fetched on first use; the tools (`llama_tool`) are built by `edgekit toolchain --tools`.
 """
 
-from edgekit.toolchain.converter import CONVERTER_SCRIPT, Converter, get_converter
+from edgekit.toolchain.converter import CONVERTER_SCRIPT, Converter, cached_converter, get_converter
 from edgekit.toolchain.sdist import llama_cpp_python_version, toolchain_root
 from edgekit.toolchain.tools import (
     TOOL_SETS,
@@ -23,6 +23,7 @@ __all__ = [
     "Converter",
     "ToolSet",
     "build_tools",
+    "cached_converter",
     "get_converter",
     "llama_cpp_python_version",
     "llama_tool",

@@ -53,16 +53,29 @@ class Converter:
 
 
 def get_converter(llama_cpp_dir: str | None = None) -> Converter:
+    found = cached_converter(llama_cpp_dir)
+    if found is not None:
+        return found
+    pkg_version = llama_cpp_python_version()
+    target = version_dir(pkg_version)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
+            _fetch_from_sdist(pkg_version, target)
+    return _from_toolchain(target, pkg_version)
+
+
+def cached_converter(llama_cpp_dir: str | None = None) -> Converter | None:
+    """The converter if it is here already (a checkout, or fetched before), without fetching it."""
     explicit = llama_cpp_dir or os.environ.get("EDGEKIT_LLAMA_CPP_DIR")
     if explicit:
         return _from_checkout(Path(explicit).expanduser())
     pkg_version = llama_cpp_python_version()
     target = version_dir(pkg_version)
-    if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(target.parent / f".{target.name}.lock")):
-            if not (target / "llama.cpp" / CONVERTER_SCRIPT).is_file():
-                _fetch_from_sdist(pkg_version, target)
+    return _from_toolchain(target, pkg_version) if (target / "llama.cpp" / CONVERTER_SCRIPT).is_file() else None
+
+
+def _from_toolchain(target: Path, pkg_version: str) -> Converter:
     root = target / "llama.cpp"
     commit_file = target / "LLAMA_CPP_COMMIT"
     commit = commit_file.read_text().strip() if commit_file.is_file() else None

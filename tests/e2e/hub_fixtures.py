@@ -40,6 +40,50 @@ def save_tiny_llama(folder: Path, gguf_for_tokenizer: Path, seed: int = 0, initi
     return folder
 
 
+def save_random_llama(
+    folder: Path, gguf_for_tokenizer: Path, *, hidden: int, layers: int, intermediate: int, heads: int,
+    kv_heads: int, seed: int = 0,
+) -> Path:  # fmt: skip
+    """A random-weight Llama of any size (numpy normal(0, 0.02) in FP16, tied embeddings), SmolLM2's tokenizer.
+
+    Tensors are drawn one at a time and written with `safetensors.numpy`, without torch: a 1B model takes
+    about half a minute.
+    """
+    import numpy as np
+    from safetensors.numpy import save_file
+    from transformers import LlamaConfig
+
+    from edgekit.sources.gguf import hf_tokenizer_from_gguf
+
+    rng = np.random.default_rng(seed)
+    vocab, head_dim = 49152, hidden // heads
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
+
+    tensors = {"model.embed_tokens.weight": normal(vocab, hidden), "model.norm.weight": np.ones(hidden, np.float16)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes = {"self_attn.q_proj": (heads * head_dim, hidden), "self_attn.k_proj": (kv_heads * head_dim, hidden),
+                  "self_attn.v_proj": (kv_heads * head_dim, hidden), "self_attn.o_proj": (hidden, heads * head_dim),
+                  "mlp.gate_proj": (intermediate, hidden), "mlp.up_proj": (intermediate, hidden),
+                  "mlp.down_proj": (hidden, intermediate)}  # fmt: skip
+        tensors.update({f"{p}{name}.weight": normal(*shape) for name, shape in shapes.items()})
+        tensors.update(
+            {f"{p}{n}.weight": np.ones(hidden, np.float16) for n in ("input_layernorm", "post_attention_layernorm")}
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=8192, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                         dtype="float16")  # fmt: skip
+    config.architectures = ["LlamaForCausalLM"]
+    config.save_pretrained(folder)
+    hf_tokenizer_from_gguf(gguf_for_tokenizer).save_pretrained(folder)
+    return folder
+
+
 def publish_to_local_hub(model_dir: Path, hub_cache: Path, repo_id: str, branch: str = "main") -> str:
     """Lay `model_dir` out as huggingface_hub's cache does (blobs, snapshots/<commit>, refs/<branch>)."""
     commit = secrets.token_hex(20)

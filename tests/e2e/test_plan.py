@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 from tiny_project import TINY_RECIPE, make_project
 
 from edgekit.cache import StageCache
+from edgekit.cli.common import load_schema
 from edgekit.pipeline import BuildResult, build
 from edgekit.plan import make_plan
 from edgekit.plan.describe import describe
@@ -28,12 +30,14 @@ def test_plan_of_the_default_recipe_lists_every_task_with_its_key_inputs_and_sta
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
+    jsonschema.validate(plan, load_schema("plan"))
     assert plan["schema"] == "edgekit.plan" and plan["version"] == 1
     tasks = plan["tasks"]
     assert all(set(t) == TASK_KEYS for t in tasks)
     stages = [t["stage"] for t in tasks]
     assert stages.count("fetch") == 1 and stages.count("reference") == 1 and stages.count("bench") == 1
     assert stages.count("convert") == 2 and stages.count("quantize") == 4 and stages.count("validate") == 4
+    assert stages.count("smoke") == 4  # greedy token ids of every artifact, for the boxes' installs
     assert stages[-1] == "bundle" and tasks[-1]["key"] is None and not tasks[-1]["cached"]
     keys = [t["key"] for t in tasks[:-1]]
     assert len(set(keys)) == len(keys) and all(len(k) == 64 for k in keys)
@@ -59,11 +63,16 @@ def test_a_changed_target_reruns_only_the_tasks_whose_inputs_changed(
     cache = StageCache(e2e_cache_root)
     described = describe(make_plan(recipe, cache_root=cache.root, final=tmp_path / "dist" / "tiny"), cache)
     to_run = {t["id"] for t in described["tasks"] if not t["cached"]}
-    assert to_run == {"quantize gguf-F16", "validate gguf-F16", f"bundle {tmp_path / 'dist' / 'tiny'}"}
+    assert to_run == {
+        "quantize gguf-F16",
+        "validate gguf-F16",
+        "smoke gguf-F16",
+        f"bundle {tmp_path / 'dist' / 'tiny'}",
+    }
     result = build(recipe, cache=cache, progress=SilentProgress(), out_dir=tmp_path / "dist", project=project)
     ran = {e.label for e in result.events if not e.reused}
     reused = {e.stage for e in result.events if e.reused}
-    assert ran == {"quantize gguf-F16", "validate gguf-F16"}, result.events
+    assert ran == {"quantize gguf-F16", "validate gguf-F16", "smoke gguf-F16"}, result.events
     assert reused == {"fetch", "convert", "reference"}
 
 

@@ -87,3 +87,36 @@ def test_html_report_is_self_contained(default_build: BuildResult) -> None:
     # No request leaves the file: no external src/href, no scripts, no web fonts.
     assert not re.search(r'(src|href)="(?!data:|#)', html)
     assert "<script" not in html and "@import" not in html and "url(" not in html
+
+
+def test_where_it_differs_and_how_each_figure_was_computed(default_build: BuildResult) -> None:
+    report = _report(default_build)
+    for artifact in report["artifacts"]:
+        found = artifact["differences"]
+        spans = found["spans"]
+        assert len(spans) == 10 and all(sum(t["worst"] for t in s["tokens"]) == 1 for s in spans)
+        klds = [s["kld"] for s in spans]
+        assert klds == sorted(klds, reverse=True) and klds[0] == artifact["metrics"]["kld_max"]["value"]
+        for s in spans:
+            assert all({"text", "kld", "reference_top1", "artifact_top1"} <= set(t) for t in s["tokens"])
+        # SmolLM2-Instruct has a chat template: the five default prompts, completed by both sides.
+        completions = found["completions"]
+        assert len(completions) == 5 and all(c["reference"].strip() for c in completions)
+        for c in completions:
+            if c["diverges_at"] is None:
+                assert c["reference"] == c["artifact"]
+            else:
+                assert c["reference_token"] != c["artifact_token"] or c["reference_token"] == ""
+        metrics = artifact["metrics"]
+        for key in ("kld_median", "kld_p99", "kld_max"):
+            assert "estimate" in metrics[key]["estimator"] or "inflates" in metrics[key]["estimator"], key
+        assert metrics["kld_coarse_p99"]["value"] <= metrics["kld_p99"]["value"]
+        assert "exact" in metrics["kld_coarse_p99"]["estimator"]
+        assert artifact["engine"]["backend"] == artifact["backend"] and artifact["engine"]["n_batch"] == 256
+    s = report["signoff"]
+    assert s["eval_data"]["scored_token_range"] == [0, 8192] and len(s["eval_data"]["scored_ids_sha256"]) == 64
+    assert set(s["validation"]) == {a["name"] for a in report["artifacts"]} and report["cache_repairs"] == []
+    markdown = (default_build.bundle / "report.md").read_text()
+    html = (default_build.bundle / "report.html").read_text()
+    for text in ("Where it differs", "Greedy completions", "Scored token range", "runtime engine"):
+        assert text in markdown and text in html, text

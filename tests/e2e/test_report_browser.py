@@ -78,6 +78,15 @@ def test_report_html_renders_in_chromium(default_build: BuildResult, browser: ob
         card = driver.find_element(By.ID, "artifact-" + artifact["name"].replace("_", "-"))  # type: ignore[attr-defined]
         assert card.is_displayed() and artifact["verdict"].upper() in card.text
     assert "noise floor (bfloat16 reference)" in shown and "Sign-off" in text
+    for artifact in report["artifacts"]:  # where it differs: the worst spans and the completions, shown
+        anchor = "artifact-" + artifact["name"].replace("_", "-")
+        section = driver.find_element(By.ID, anchor + "-differs")  # type: ignore[attr-defined]
+        assert section.is_displayed() and section.text == "Where it differs"
+        card = driver.find_element(By.ID, anchor)  # type: ignore[attr-defined]
+        assert len(card.find_elements(By.CSS_SELECTOR, ".span")) == 10
+        assert len(card.find_elements(By.CSS_SELECTOR, "table.completions tbody tr")) == 5
+        assert len(card.find_elements(By.CSS_SELECTOR, ".tok.worst")) == 10
+    assert "scored token range 0–8,192" in text and "runtime engine" in text
 
     images = driver.find_elements(By.TAG_NAME, "img")  # type: ignore[attr-defined]
     assert len(images) >= 4

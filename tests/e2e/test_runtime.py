@@ -20,9 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jsonschema
 import pytest
 
 from edgekit import __version__
+from edgekit.cli.common import load_schema
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult
 from edgekit.runtime.bench.schema import schema_problems
@@ -107,6 +109,8 @@ def test_bench_command_on_the_bundle_with_tiny_settings(default_build: BuildResu
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
+    jsonschema.validate(result, load_schema("bench"))
+    result = {k: v for k, v in result.items() if k not in ("schema", "version")}  # --out writes the result alone
     assert schema_problems(result) == [] and json.loads(out.read_text()) == result
     assert list(result["artifacts"]) == ["gguf-Q4_K_M"] and result["bundle"]["name"] == "smollm2-135m"
     a = result["artifacts"]["gguf-Q4_K_M"]
@@ -146,6 +150,7 @@ def test_tune_writes_runtime_local_toml_and_the_bundle_still_verifies(
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
+    jsonschema.validate(result, load_schema("tune"))
     local = tomllib.loads((bundle / LOCAL_FILE).read_text())["runtime"]
     assert local["n_threads"] in (1, 2) and local["derived_from"].startswith("edgekit tune on ")
     assert set(result["sweep"]) == {"1", "2"}

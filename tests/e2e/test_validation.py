@@ -18,7 +18,7 @@ from edgekit.cache import StageCache
 from edgekit.errors import ExitCode, TokenizerMismatchError
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult
-from edgekit.plan.tasks import Bootstrap
+from edgekit.plan.tasks import Bootstrap, EngineSettings
 from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
 from edgekit.records import Artifact
@@ -102,7 +102,8 @@ def test_on_inconclusive(
 
 def test_multiple_choice_task_is_scored_on_the_real_model(e2e_cache_root: Path, tmp_path: Path) -> None:
     questions = sum(1 for line in TASK.read_text().splitlines() if line.strip())
-    recipe = write_recipe(tmp_path, Q8, validation=SMALL)
+    # Task gates are off by default (too few items to decide one); this recipe turns one on.
+    recipe = write_recipe(tmp_path, Q8 + "[targets.gates]\ntask_drop_max = 0.25\n", validation=SMALL)
     result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=e2e_cache_root)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "out" / NAME / "report.json").read_text())
@@ -122,7 +123,8 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
 ) -> None:
     """A GGUF whose pre-tokenizer says 'default' instead of 'smollm' (what an old converter writes
     for a tokenizer it does not know) splits the text differently: validation must stop, not score."""
-    from edgekit.backends.gguf.build import LlamaLogitsRunner, stamp_metadata
+    from edgekit.backends.gguf.build import stamp_metadata
+    from edgekit.engine_runner import EngineRunner
     from edgekit.evaldata import load_text
     from edgekit.recipe import DEFAULT_RECIPE
 
@@ -137,9 +139,11 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
     out.mkdir()
     text = load_text(recipe.spec.validation.text, recipe.base_dir).text
     with pytest.raises(TokenizerMismatchError) as caught:
-        validate.validate_artifact(artifact, ref, text, Bootstrap(100, 64, 0), out, progress, threads=2)
+        validate.validate_artifact(
+            artifact, ref, text, Bootstrap(100, 64, 0), out, progress, EngineSettings(512, 256, 2)
+        )
     # Independently: where do the two tokenizations part?
-    runner = LlamaLogitsRunner(bad, n_ctx=64, threads=1)
+    runner = EngineRunner("gguf", bad, n_ctx=64, threads=1)
     try:
         got = runner.tokenize(load_text(recipe.spec.validation.text, recipe.base_dir).text)
     finally:

@@ -79,3 +79,22 @@ def test_partials_of_dead_processes_are_cleaned(tmp_path: Path) -> None:
     dead = tmp_path / "stage" / ".abc.pid999999999.x.partial"
     dead.mkdir(parents=True)
     assert cache.clean_partials() == 1 and not dead.exists()
+
+
+def test_a_partial_is_abandoned_when_its_producers_lock_is_free_whatever_its_pid(tmp_path: Path) -> None:
+    """A live PID in the name (another container's namespace, or reused) does not keep a partial; a held lock does."""
+    import os
+
+    cache = StageCache(tmp_path)
+    key_free, key_held = "a" * 64, "b" * 64
+    foreign = tmp_path / "stage" / f".{key_free}.pid{os.getpid()}.x.partial"
+    producing = tmp_path / "stage" / f".{key_held}.pid{os.getpid()}.y.partial"
+    foreign.mkdir(parents=True)
+    producing.mkdir()
+    older = tmp_path / "stage" / f".{'c' * 16}.pid{os.getpid()}.z.partial"  # named as edgekit 0.1 did
+    older.mkdir()
+    with cache._lock("stage", key_held), cache._lock("stage", "c" * 64):  # producers at work on those entries
+        removed = [cache.clean_partials()]
+        assert foreign.exists() is False and producing.exists() and older.exists()
+    removed.append(cache.clean_partials())
+    assert removed == [1, 2] and not producing.exists() and not older.exists()

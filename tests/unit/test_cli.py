@@ -26,6 +26,7 @@ def test_debug_flag_shows_the_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
-def test_verify_of_a_folder_without_manifest_exits_4(tmp_path: Path) -> None:
+def test_verify_of_a_folder_without_manifest_exits_2(tmp_path: Path) -> None:
+    # Not a bundle at all is a bad argument (2); a bundle that does not match its manifest is 4 (test_exit_codes.py).
     proc = run_cli("verify", str(tmp_path))
-    assert proc.returncode == 4 and "manifest.json is missing" in proc.stderr
+    assert proc.returncode == 2 and f"no edgekit bundle at {tmp_path} (no manifest.json)" in proc.stderr

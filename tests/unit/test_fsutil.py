@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.errors import DiskSpaceError
-from edgekit.fsutil import ensure_free_space, exchange_paths, staging_dir
+from edgekit.fsutil import abandoned, ensure_free_space, exchange_paths, staging_dir
 
 READER = """
 import os, sys, time
@@ -85,6 +85,22 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def hold_lock(path: Path) -> subprocess.Popen[str]:
+    """Another process that holds `path`'s lock, as a build still writing it does."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
 def test_leftovers_of_a_killed_build_are_removed_and_a_half_swapped_bundle_is_restored(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     dist.mkdir()
@@ -95,14 +111,31 @@ def test_leftovers_of_a_killed_build_are_removed_and_a_half_swapped_bundle_is_re
     old = dist / f".model.pid{dead}.old"  # killed between the fallback's two renames: no dist/model
     old.mkdir()
     _fill(old, 1)
-    alive = dist / f".model.pid{os.getpid()}.xyz.partial"  # a build still running: left alone
+    # A build in another container whose PID happens to be alive here: abandoned all the same (nobody holds it).
+    foreign = dist / f".model.pid{os.getpid()}.foreign.partial"
+    foreign.mkdir()
+    alive = dist / f".model.pid{dead}.xyz.partial"  # a build still running (it holds the lock): left alone
     alive.mkdir()
-    with staging_dir(dist / "model") as tmp:
-        assert (dist / "model" / "manifest.json").read_text() == '{"version": 1}'  # restored first
-        _fill(tmp, 2)
+    holder = hold_lock(alive)
+    try:
+        with staging_dir(dist / "model") as tmp:
+            assert (dist / "model" / "manifest.json").read_text() == '{"version": 1}'  # restored first
+            _fill(tmp, 2)
+    finally:
+        holder.kill()
+        holder.wait()
     assert (dist / "model" / "manifest.json").read_text() == '{"version": 2}'
-    assert not partial.exists() and not old.exists() and alive.exists()
-    shutil.rmtree(alive)
+    assert not partial.exists() and not old.exists() and not foreign.exists() and alive.exists()
+    with staging_dir(dist / "model") as tmp:  # its holder is gone now: the next build removes it
+        _fill(tmp, 3)
+    assert sorted(p.name for p in dist.iterdir()) == ["model"]
+
+
+def test_a_folder_being_staged_is_locked_until_it_is_swapped_in(tmp_path: Path) -> None:
+    with staging_dir(tmp_path / "dist" / "model") as tmp:
+        assert not abandoned(tmp)
+        _fill(tmp, 1)
+    assert abandoned(tmp_path / "dist" / "model")
 
 
 def test_not_enough_disk_is_refused_before_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,10 +4,11 @@ fetched. Here the hub cache is a local folder laid out as huggingface_hub lays i
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
-from stage_runs import fetched
+from stage_runs import fetched, plan_of, run_tasks
 
 from edgekit.cache import StageCache
 from edgekit.errors import SourceError
@@ -77,3 +78,18 @@ def test_an_unchanged_revision_is_fetched_again_from_the_cache(hub: Path, tmp_pa
     first = _fetch(tmp_path, cache)
     again = _fetch(tmp_path, cache)
     assert again.key == first.key and cache.events[-1] == ("fetch", first.key, True)
+
+
+def test_a_failed_fetch_keeps_its_log_in_the_cache_and_the_error_names_it(hub: Path, tmp_path: Path) -> None:
+    cache = StageCache(tmp_path / "cache")
+    first = _fetch(tmp_path, cache)
+    assert (tmp_path / "cache" / "fetch" / first.key / "stage.log").is_file()  # every entry keeps its stage's log
+    shutil.rmtree(tmp_path / "cache" / "fetch" / first.key)  # fetched again: its hashes were recorded
+    recipe = parse_recipe(RECIPE, tmp_path / "r.toml")
+    plan = plan_of(recipe, cache)
+    (hub / "snapshots" / COMMIT / "config.json").resolve().write_bytes(FILES["config.json"].replace(b"2", b"3"))
+    with pytest.raises(SourceError) as info:  # changed after planning: refused inside the fetch stage
+        run_tasks(plan, plan.bundle.checkpoint, cache=cache)
+    kept = sorted((tmp_path / "cache" / "logs").glob("fetch-*"))  # the failed entry's folder is gone, not its log
+    assert len(kept) == 1 and (kept[0] / "stage.log").is_file()
+    assert f"logs: {kept[0]}" in (info.value.hint or "")

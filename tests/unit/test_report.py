@@ -144,11 +144,32 @@ def sample_report(bench: Any = None) -> dict[str, Any]:
             "scored_tokens": 4080,
             "reused": True,
             "entry_seconds": 52.7,
+            "memory": {
+                "requested": "auto",
+                "mode": "stream",
+                "estimate_full_mib": 5120,
+                "estimate_stream_mib": 1100,
+                "available_mib": 1900,
+                "limited_by": "RLIMIT_DATA",
+            },
         },
         "noise_floor": {"dtype": "bfloat16", "metrics": metrics(0.001, 0.0001), "tasks": {}},
         "artifacts": arts,
         "findings": order_findings(arts),
         "bench": bench,
+        "memory": {
+            "sampled_every_seconds": 0.05,
+            "stages": {
+                "reference": {
+                    "tasks": 1,
+                    "reused": False,
+                    "rss_anon_peak_mib": 1234,
+                    "rss_file_peak_mib": 321,
+                    "rss_peak_mib": 1500,
+                }
+            },
+            "build": {"rss_anon_peak_mib": 1300, "rss_file_peak_mib": 2100, "rss_peak_mib": 3000},
+        },
     }
 
 
@@ -164,6 +185,8 @@ def test_render_shows_every_artifact_verdict_interval_and_the_signoff(tmp_path: 
         assert "cdcd" in text and "efef" in text  # recipe and source hashes
         assert "Reference reconstructed from a quantized file" in text
         assert "Reproduce the figures" in text
+        assert "one decoder layer at a time" in text and "1,900 MiB available, RLIMIT_DATA" in text
+        assert "reference 1,234 + 321" in text and "this build 1,300 + 2,100" in text
     assert "## gguf-Q5_K_M <x>: FAIL" in md
     assert "gguf-Q5_K_M &lt;x&gt;" in html and "<x>" not in html  # escaped
     assert len(re.findall(r'<img src="data:image/png;base64,', html)) == 4

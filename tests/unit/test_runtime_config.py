@@ -85,3 +85,17 @@ def test_derive_runtime_takes_threads_mmap_and_concurrency_from_the_bench() -> N
     assert derive_runtime(bench, "b", {"derived_from": "recipe defaults"}) == {
         "derived_from": "recipe defaults; bench: not measured"
     }
+
+
+def test_the_box_local_file_is_held_to_the_schema_and_named_when_wrong(tmp_path: Path) -> None:
+    """runtime.local.toml is outside the signature: it may only hold known [runtime] keys with valid values."""
+    bundle = write_base(tmp_path)
+    (bundle / LOCAL_FILE).write_text("[runtime]\nn_thread = 2\n")  # a typo: refused, not ignored
+    with pytest.raises(RuntimeConfigError, match=r"runtime\.local\.toml: runtime\.n_thread: Extra inputs"):
+        load_runtime_config(bundle)
+    (bundle / LOCAL_FILE).write_text('[runtime]\nn_threads = 2\n[model]\npath = "/etc/shadow"\n')
+    with pytest.raises(RuntimeConfigError, match=r"runtime\.local\.toml: holds \[model\] besides"):
+        load_runtime_config(bundle)
+    (bundle / LOCAL_FILE).write_text("runtime = 3\n")
+    with pytest.raises(RuntimeConfigError, match=r"only a .runtime. table"):
+        load_runtime_config(bundle)

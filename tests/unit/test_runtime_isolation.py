@@ -23,6 +23,13 @@ MODULES = [
     "edgekit.runtime.bench.tune",
     "edgekit.runtime.image",
     "edgekit.runtime.numa",
+    "edgekit.runtime.smoke",
+    "edgekit.cli.ship",
+    "edgekit.ship.trust",
+    "edgekit.ship.sign",
+    "edgekit.ship.install",
+    "edgekit.ship.box",
+    "edgekit.ship.pack",
 ]
 
 
@@ -36,6 +43,8 @@ def test_runtime_imports_no_torch_transformers_or_build_side() -> None:
         "from edgekit.cli import cli\n"
         "cli.main(['run', '--help'], standalone_mode=False)\n"
         "cli.main(['serve', '--help'], standalone_mode=False)\n"
+        "cli.main(['install', '--help'], standalone_mode=False)\n"
+        "import model_signing.verifying, zstandard\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 from pydantic import BaseModel
 
-from edgekit.backends.base import BuildBackend, BuildEnv, Levers, LogitsRunner, ModelInfo, SensitivityProbe
+from edgekit.backends.base import BuildBackend, BuildEnv, Levers, ModelInfo, SensitivityProbe
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf import levers
 from edgekit.backends.gguf.gates import DEFAULT_GATES
@@ -40,6 +39,7 @@ F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"
 CONVERT_LOG = "convert.log"
 QUANTIZE_LOG = "quantize.log"
+IMATRIX_SPARE_TOKENS = 64  # the range's text, tokenized again by llama-imatrix, may come out a little shorter
 QUANTIZE_CHILD = "edgekit.backends.gguf.quantize_child"
 FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w+)")
 
@@ -62,6 +62,17 @@ class GGUFBuild(BuildBackend):
     def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
         assert isinstance(options, GGUFOptions)
         return option_problems(scheme, options)
+
+    def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
+        """An importance matrix reads calibration text (`llama-imatrix`, a stage before quantizing)."""
+        return bool(getattr(options, "imatrix", False)) and scheme != "F16"
+
+    def calibration_tokens(self, scheme: str, options: BaseModel) -> int:
+        """The matrix's windows, and a few tokens to spare: llama.cpp tokenizes the text of the range again."""
+        if not self.needs_calibration(scheme, options):
+            return 0
+        assert isinstance(options, GGUFOptions)
+        return options.imatrix_chunks * options.imatrix_context + IMATRIX_SPARE_TOKENS
 
     def levers(self, scheme: str, options: BaseModel) -> Levers:
         """The importance matrix to compute first, llama.cpp's tools (built?), the twin without the matrix."""
@@ -185,7 +196,7 @@ class GGUFBuild(BuildBackend):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
         *,
         imatrix: Path | None = None,
     ) -> tuple[str, dict[str, Any]]:
@@ -228,44 +239,6 @@ class GGUFBuild(BuildBackend):
                 f"{scheme}, the tensor types above are what was written"
             )
         return ARTIFACT_FILE, details
-
-    # --- validation seam --------------------------------------------------------------------------
-
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        return LlamaLogitsRunner(artifact, n_ctx=n_ctx, threads=threads)
-
-
-class LlamaLogitsRunner:
-    """Logits for token ids from llama.cpp (all positions), for validation."""
-
-    def __init__(self, path: Path, n_ctx: int, threads: int | None = None) -> None:
-        from llama_cpp import Llama
-
-        self.name = path.name
-        self._llm = Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_batch=min(n_ctx, 512),
-            logits_all=True,
-            n_threads=threads,
-            n_threads_batch=threads,
-            verbose=False,
-        )
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self._llm.n_vocab())
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
-    def logits(self, ids: Sequence[int]) -> np.ndarray:
-        self._llm.reset()
-        self._llm.eval(list(ids))
-        return np.array(self._llm.scores[: len(ids)], dtype=np.float32, copy=True)
-
-    def close(self) -> None:
-        self._llm.close()
 
 
 def lever_details(options: GGUFOptions, artifact: Path) -> dict[str, Any]:

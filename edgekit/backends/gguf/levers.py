@@ -26,16 +26,14 @@ IMATRIX_LOG = "imatrix.log"
 CONVERTER_TENSOR = re.compile(r"^INFO:hf-to-gguf:([\w.]+),\s+\S+\s+-->\s+\w+, shape", re.M)
 
 
-def compute_imatrix(
-    model: Path, text: str, first_chunk: int, chunks: int, context: int, out_dir: Path, threads: int | None
-) -> str:
-    """`llama-imatrix` on `text`, skipping `first_chunk` windows, into out_dir/imatrix.gguf; returns its log."""
+def compute_imatrix(model: Path, text: str, chunks: int, context: int, out_dir: Path, threads: int | None) -> str:
+    """`llama-imatrix` on the first `chunks` windows of `text`, into out_dir/imatrix.gguf; returns its log."""
     from edgekit.toolchain import llama_tool
 
     tool = llama_tool("llama-imatrix")
     (out_dir / CALIBRATION_FILE).write_text(text, encoding="utf-8")
     cmd = [str(tool), "-m", str(model), "-f", CALIBRATION_FILE, "-o", IMATRIX_FILE, "-c", str(context),
-           "--chunk", str(first_chunk), "--chunks", str(chunks), "--no-ppl", "-t", str(threads or 1)]  # fmt: skip
+           "--chunks", str(chunks), "--no-ppl", "-t", str(threads or 1)]  # fmt: skip
     try:
         return run_logged(cmd, out_dir / IMATRIX_LOG, "imatrix", cwd=out_dir)
     finally:

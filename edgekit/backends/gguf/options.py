@@ -64,7 +64,7 @@ class GGUFOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     imatrix: bool = Field(False, description="quantize with an importance matrix from the calibration text")
-    imatrix_chunks: int = Field(32, ge=1, le=4096, description="imatrix: windows of the calibration text")
+    imatrix_chunks: int = Field(32, ge=2, le=4096, description="imatrix: windows of the calibration text")
     imatrix_context: int = Field(512, ge=32, le=32768, description="imatrix: tokens per window")
     output_tensor_type: str | None = Field(None, description="type of output.weight (--output-tensor-type)")
     token_embedding_type: str | None = Field(None, description="type of token_embd.weight (--token-embedding-type)")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
+from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
@@ -137,7 +138,7 @@ class ONNXRuntimeBuild(BuildBackend):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         from edgekit.backends.onnxruntime.graph import onnx_summary
 
@@ -155,9 +156,9 @@ class ONNXRuntimeBuild(BuildBackend):
             "summary": summary,
             **options.model_dump(mode="json"),
         }
-        calibration = None
+        record = None
         if options.outlier_ratio is not None:
-            calibration = add_calibration(spec, out_dir, calibration_text, options.calibration_samples,
+            record = add_calibration(spec, out_dir, calibration, options.calibration_samples,
                                           options.calibration_tokens, "outlier_ratio")  # fmt: skip
         layout = "per channel" if options.per_channel else "per tensor"
         with progress.task(f"quantize  ONNX Runtime dynamic INT8 ({layout}; quantize_dynamic)"):
@@ -176,7 +177,7 @@ class ONNXRuntimeBuild(BuildBackend):
             "quantization": summary,
             **{k: graph[k] for k in SUMMARY_KEYS},
             "kept_float": excluded,
-            "calibration": calibration,
+            "calibration": record,
         }
         if any("transposed" in name for name in _initializer_names(artifact / MODEL)):
             details["note"] = (
@@ -184,13 +185,6 @@ class ONNXRuntimeBuild(BuildBackend):
                 "copy (params above count both)"
             )
         return ARTIFACT_DIR, details
-
-    # --- validation seam --------------------------------------------------------------------------
-
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        from edgekit.engine_runner import EngineRunner
-
-        return EngineRunner("onnxruntime", artifact, n_ctx, threads)
 
 
 def _initializer_names(path: Path) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.backends.calibration import windows_from_end
+from edgekit.backends.calibration import calibration_windows
 from edgekit.backends.child import read_spec
 
 MODEL = "model.onnx"
@@ -58,15 +58,6 @@ def export(spec: dict[str, Any]) -> None:
         if not path.name.startswith("model.onnx"):
             shutil.copyfile(path, out / path.name)
     shutil.rmtree(raw)
-
-
-def _calibration_windows(spec: dict[str, Any], converted: Path) -> list[np.ndarray]:
-    from tokenizers import Tokenizer
-
-    text = Path(spec["calibration_file"]).read_text(encoding="utf-8")
-    tokenizer = Tokenizer.from_file(str(converted / "tokenizer.json"))
-    ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
-    return windows_from_end(ids, spec["calibration_samples"], spec["calibration_tokens"])
 
 
 def outlier_ratios(model_path: Path, windows: list[np.ndarray], work: Path) -> dict[str, float]:
@@ -135,7 +126,7 @@ def quantize(spec: dict[str, Any]) -> None:
         for name in fnmatch.filter(matmuls, pattern):
             excluded.setdefault(name, f"keep_float {pattern!r}")
     if spec.get("calibration_file"):
-        ratios = outlier_ratios(source, _calibration_windows(spec, converted), out.parent)
+        ratios = outlier_ratios(source, calibration_windows(spec), out.parent)
         for name, ratio in sorted(ratios.items(), key=lambda kv: -kv[1]):
             if ratio > spec["outlier_ratio"]:
                 excluded.setdefault(name, f"outlier ratio {ratio:.1f}")

@@ -17,12 +17,13 @@ The artifact is a folder: the IR, the tokenizer IRs and the Hugging Face side fi
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from edgekit.backends.base import BuildBackend, BuildEnv, LogitsRunner, ModelInfo
+from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.openvino.gates import DEFAULT_GATES
@@ -156,7 +157,7 @@ class OpenVINOBuild(BuildBackend):
         out_dir: Path,
         env: BuildEnv,
         progress: Progress,
-        calibration_text: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         from edgekit.backends.openvino.ir import ir_summary
 
@@ -167,9 +168,9 @@ class OpenVINOBuild(BuildBackend):
         mode = f"{scheme}_{'SYM' if options.sym else 'ASYM'}"
         spec: dict[str, Any] = {"task": "compress", "converted": str(converted), "out": str(artifact), "mode": mode,
                                 **options.model_dump()}  # fmt: skip
-        calibration = None
+        record = None
         if scheme == "INT4" and data_aware(options):
-            calibration = add_calibration(spec, out_dir, calibration_text, options.calibration_samples,
+            record = add_calibration(spec, out_dir, calibration, options.calibration_samples,
                                           options.calibration_tokens, "data-aware INT4 compression")  # fmt: skip
         label = f"{mode}" + (f" g{options.group_size} ratio {options.ratio:g}" if scheme == "INT4" else "")
         extras = [n for n, on in (("AWQ", options.awq), ("scale estimation", options.scale_estimation)) if on]
@@ -190,7 +191,7 @@ class OpenVINOBuild(BuildBackend):
                 **(options.model_dump(include=set(INT4_ONLY[:4])) if scheme == "INT4" else {}),
             },
             **{k: summary[k] for k in SUMMARY_KEYS},
-            "calibration": calibration,
+            "calibration": record,
         }
         if summary["group_sizes"]:
             details["group_sizes"] = summary["group_sizes"]
@@ -204,10 +205,3 @@ class OpenVINOBuild(BuildBackend):
         if "calibration:" in log:
             details["calibration_log"] = next(line for line in log.splitlines() if line.startswith("calibration:"))
         return ARTIFACT_DIR, details
-
-    # --- validation seam --------------------------------------------------------------------------
-
-    def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None) -> LogitsRunner:
-        from edgekit.engine_runner import EngineRunner
-
-        return EngineRunner("openvino", artifact, n_ctx, threads)

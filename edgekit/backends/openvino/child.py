@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.backends.calibration import windows_from_end
+from edgekit.backends.calibration import calibration_windows
 from edgekit.backends.child import read_spec
 
 MODEL_XML = "openvino_model.xml"
@@ -59,16 +59,11 @@ def export(spec: dict[str, Any]) -> None:
     print("converted the tokenizer with openvino-tokenizers", flush=True)
 
 
-def _calibration(spec: dict[str, Any], converted: Path) -> Any:
-    """`samples` windows of `tokens` token ids from the end of the text, each a fresh sequence."""
+def _calibration(spec: dict[str, Any]) -> Any:
+    """The plan's calibration token ids as `samples` windows, each a fresh sequence."""
     import nncf
-    import openvino as ov
-    import openvino_tokenizers  # noqa: F401
     from nncf.definitions import NNCF_DATASET_RESET_STATE_KEY
 
-    text = Path(spec["calibration_file"]).read_text(encoding="utf-8")
-    tokenizer = ov.Core().compile_model(converted / "openvino_tokenizer.xml", "CPU")
-    ids = tokenizer([text])[tokenizer.output("input_ids")][0].astype(np.int64)
     length = spec["calibration_tokens"]
     items = [
         {
@@ -78,7 +73,7 @@ def _calibration(spec: dict[str, Any], converted: Path) -> Any:
             "beam_idx": np.zeros(1, dtype=np.int32),
             NNCF_DATASET_RESET_STATE_KEY: True,  # each window starts from an empty KV state
         }
-        for window in windows_from_end(ids, spec["calibration_samples"], length)
+        for window in calibration_windows(spec)
     ]
     return nncf.Dataset(items)
 
@@ -100,7 +95,7 @@ def compress(spec: dict[str, Any]) -> None:
             advanced_parameters=AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST),
         )
         if spec.get("calibration_file"):
-            kwargs["dataset"] = _calibration(spec, converted)
+            kwargs["dataset"] = _calibration(spec)
             kwargs["subset_size"] = spec["calibration_samples"]
     started = time.time()
     compressed = nncf.compress_weights(model, **kwargs)

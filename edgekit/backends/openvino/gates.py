@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from edgekit.gates import Gates
 
+# No task gate by default: the cloze task of the default eval (about 130–200 sentence-final words) has a
+# paired 95% interval of ±4–5 points, as wide as any sensible threshold, so a task gate there would be
+# inconclusive, not a decision. Task accuracies are reported, not gated; `task_drop_max` turns a gate on
+# for a recipe with enough items (README, "Verdicts that decide").
+
 DEFAULT_GATES: dict[str, Gates] = {
-    "INT8": Gates(kld_mean_max=0.025, ppl_ratio_max=1.03, top1_min=0.90, task_drop_max=0.05),
-    "INT4": Gates(kld_mean_max=0.15, ppl_ratio_max=1.20, top1_min=0.75, task_drop_max=0.12),
+    "INT8": Gates(kld_mean_max=0.025, ppl_ratio_max=1.03, top1_min=0.90),
+    "INT4": Gates(kld_mean_max=0.15, ppl_ratio_max=1.20, top1_min=0.75),
 }

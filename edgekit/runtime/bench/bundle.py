@@ -7,7 +7,7 @@ line; n_ctx and n_batch from the bundle's runtime config.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,9 @@ def bench_bundle(
     artifacts: list[str] | None = None,
     overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
+    trusted_keys: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    info = inspect_bundle(bundle)  # verifies every file first
+    info = inspect_bundle(bundle, trusted_keys=trusted_keys)  # verifies every file (and the signature) first
     settings = settings_from_bundle(info.path, overrides or {}, n_ctx=info.config.n_ctx, n_batch=info.config.n_batch)
     records = info.manifest["artifacts"]
     if artifacts:

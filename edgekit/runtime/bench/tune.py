@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,9 @@ def tune(
     gen_tokens: int = 32,
     threads: tuple[int, ...] | None = None,
     log: Callable[[str], None] | None = None,
+    trusted_keys: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    info = inspect_bundle(bundle, artifact=artifact)  # verifies first
+    info = inspect_bundle(bundle, artifact=artifact, trusted_keys=trusted_keys)  # verifies first
     cpus = info.numa.cpus if info.numa.policy == "isolate" else None
     if threads is None and cpus:
         physical = max(1, machine.physical_cores() * len(cpus) // max(1, machine.logical_cores()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,14 @@ def serve(
     artifact: str | None = None,
     overrides: dict[str, Any] | None = None,
     log_level: str = "info",
+    trusted_keys: Sequence[Path] = (),
+    colours: bool | None = None,
 ) -> None:
+    """`colours`: uvicorn's coloured log lines (None: when stderr is a terminal; False for NO_COLOR, pipes, CI)."""
     import uvicorn
 
-    info = inspect_bundle(bundle, artifact=artifact, overrides=overrides)  # refuses a modified bundle
+    # refuses a modified bundle, or one the box's trust policy does not trust
+    info = inspect_bundle(bundle, artifact=artifact, overrides=overrides, trusted_keys=trusted_keys)
     _check_port(host, port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("edgekit").info(
@@ -38,7 +43,14 @@ def serve(
     )
     state = ServeState(info)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(state), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+        uvicorn.Config(
+            create_app(state),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+            use_colors=colours,
+        )
     )
 
     def stop(_exc: BaseException) -> None:

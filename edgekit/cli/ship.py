@@ -1,0 +1,209 @@
+"""Shipping commands: keygen, sign, verify (build machine and box), pack (build machine), install, status,
+rollback (box). Parse, call `edgekit.ship`, render; `--json` prints what the human form shows, as data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from edgekit.cli.common import bundle_argument, console, emit_json
+from edgekit.cli.common import json_option as schema_json_option
+
+trusted_key_option = click.option(
+    "--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Also trust this public key (repeatable), besides /etc/edgekit/trusted-keys/*.pub ($EDGEKIT_TRUST_DIR).",
+)  # fmt: skip
+root_option = click.option(
+    "--root", default="/var/lib/edgekit", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+    help="The box's install root (slots/, current, state.json).",
+)  # fmt: skip
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+def _mib(size: int | None) -> str:
+    return "—" if size is None else f"{size / 2**20:,.1f} MiB"
+
+
+@click.command()
+@click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False))
+@click.option("--name", default="edgekit", show_default=True, help="Writes NAME.key (private) and NAME.pub.")
+def keygen(out_dir: str, name: str) -> None:
+    """Make an ECDSA P-256 key pair for `edgekit sign` and the boxes' trust policy."""
+    from edgekit.ship.keys import generate_keypair
+
+    private, public = Path(out_dir) / f"{name}.key", Path(out_dir) / f"{name}.pub"
+    generate_keypair(private, public)
+    console.print(f"private key: {private} (keep it secret; mode 600)")
+    console.print(f"public key:  {public} (give it to the boxes: /etc/edgekit/trusted-keys/{name}.pub)")
+
+
+@click.command()
+@bundle_argument
+@click.option("--key", "private_key", type=click.Path(dir_okay=False, path_type=Path), help="ECDSA private key.")
+@click.option(
+    "--sigstore", is_flag=True, help="Sigstore keyless signing instead (network and an OIDC login; untested)."
+)
+def sign(bundle: str, private_key: Path | None, sigstore: bool) -> None:
+    """Sign every file of BUNDLE (OpenSSF model signing, model.sig) after checking them against its manifest."""
+    from edgekit.errors import UsageError
+    from edgekit.ship import sign as signing
+
+    if sigstore == (private_key is not None):
+        raise UsageError(
+            "give exactly one of --key PRIVATE_KEY and --sigstore", "e.g. edgekit sign BUNDLE --key edgekit.key"
+        )
+    path = signing.sign_bundle_keyless(Path(bundle)) if sigstore else signing.sign_bundle(Path(bundle), private_key)  # type: ignore[arg-type]
+    console.print(f"signed: {path}  (check with: edgekit verify {bundle} --key PUBLIC_KEY)")
+
+
+@click.command()
+@bundle_argument
+@click.option(
+    "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Check the signature against this public key only (repeatable), not the box's trust policy.",
+)  # fmt: skip
+@trusted_key_option
+@schema_json_option("verify")
+def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path, ...], as_json: bool) -> None:
+    """Check every file of BUNDLE against its manifest and, with --key or a trust policy, its signature."""
+    from edgekit.errors import EdgekitError, IntegrityError
+    from edgekit.manifest import check_bundle as check_files
+    from edgekit.ship.trust import Checked, TrustPolicy, box_policy, verify_trusted
+
+    policy = TrustPolicy(public_keys, "--key " + ", ".join(map(str, public_keys))) if public_keys else None
+    policy = policy or box_policy(trusted_keys)
+    files = check_files(Path(bundle), check_hashes=policy is None)  # under a policy the signature hashes each file
+    checked: Checked | None = None
+    failure: EdgekitError | None = IntegrityError(Path(bundle), files.problems) if files.problems else None
+    if failure is None and policy is not None:
+        try:
+            checked = verify_trusted(Path(bundle), policy)
+        except EdgekitError as exc:
+            failure = exc
+    if as_json:
+        signature = None if policy is None or files.problems else {
+            "key": str(checked.signed_by) if checked else policy.source, "ok": failure is None,
+            "problem": failure.message if failure else None}  # fmt: skip
+        emit_json("verify", {"bundle": bundle, "ok": failure is None, "files": files.files,
+                             "problems": files.problems, "signature": signature})  # fmt: skip
+    if failure is not None:
+        raise failure
+    if not as_json:
+        how = f" and its signature by {checked.signed_by}" if checked else " (no trust policy: signature not checked)"
+        console.print(f"[green]ok[/]: {len(files.files)} files match {Path(bundle) / 'manifest.json'}{how}",
+                      highlight=False)  # fmt: skip
+
+
+@click.command()
+@bundle_argument
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="The pack file, or a folder (default: NAME-RELEASE.edgekit here).",
+)
+@click.option("--zstd", is_flag=True, help="Compress with zstd (deterministic; quantized weights shrink little).")
+@json_option
+def pack(bundle: str, out: Path | None, zstd: bool, as_json: bool) -> None:
+    """Pack the signed BUNDLE into one deterministic file to copy to the boxes; print its sha256."""
+    from edgekit.ship.pack import pack_bundle
+
+    packed = pack_bundle(Path(bundle), out, zstd=zstd)
+    if as_json:
+        click.echo(json.dumps(packed.as_dict()))
+        return
+    console.print(f"{packed.sha256}  {packed.path}", highlight=False)
+    zstd_note = ", zstd" if packed.zstd else ""
+    console.print(
+        f"[dim]{packed.name} release {packed.release}: {packed.files} files, {_mib(packed.size)}{zstd_note}; "
+        f"on the box: edgekit install {packed.path.name}[/]",
+        highlight=False,
+    )
+
+
+@click.command()
+@click.argument("pack_file", metavar="PACK", type=click.Path(dir_okay=False, allow_dash=True))
+@root_option
+@trusted_key_option
+@click.option("--allow-downgrade", is_flag=True, help="Install a release not higher than the running one.")
+@click.option("--keep", type=click.IntRange(1, 100), default=2, show_default=True, help="Slots kept after a switch.")
+@json_option
+def install(
+    pack_file: str, root: Path, trusted_keys: tuple[Path, ...], allow_downgrade: bool, keep: int, as_json: bool
+) -> None:
+    """Install PACK on this box: unpack, verify, smoke-test, then switch `current` atomically ('-' reads stdin)."""
+    from edgekit.ship.install import install as run_install
+
+    result = run_install(pack_file, root, trusted_keys=trusted_keys, allow_downgrade=allow_downgrade, keep=keep)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    if not result["changed"]:
+        console.print(
+            f"{result['name']} release {result['release']} is already current ({result['slot']}): nothing to do"
+        )
+        return
+    _render_switch("installed", result)
+    console.print(f"pack sha256 {result['pack_sha256']}; smoke test: "
+                  + ", ".join(f"{k} {v}" for k, v in result["smoke"].items()), highlight=False)  # fmt: skip
+    if result["removed"]:
+        console.print(f"removed old slots: {', '.join(result['removed'])}")
+
+
+def _render_switch(verb: str, result: dict[str, Any]) -> None:
+    before = result.get("previous") or {}
+    old = f"release {before.get('release')} ({before.get('slot')}, {_mib(before.get('size'))})" if before else "nothing"
+    new = f"release {result['release']} ({result['slot']}, {_mib(result.get('size'))})"
+    console.print(f"[green]{verb}[/] {result['name']}: {old} → {new} in {result['seconds']:.1f} s", highlight=False)
+    verdicts = ", ".join(f"{k} {v}" for k, v in (result.get("verdicts") or {}).items())
+    console.print(f"verdicts: {verdicts}; {result['root']}/current → {result['slot']}", highlight=False)
+
+
+@click.command()
+@root_option
+@click.option("--verify", "full", is_flag=True, help="Hash every file and check each slot's signature.")
+@trusted_key_option
+@json_option
+def status(root: Path, full: bool, trusted_keys: tuple[Path, ...], as_json: bool) -> None:
+    """Show this box's slots: which is current, their releases, install records and verification state."""
+    from edgekit.ship.box import status as box_status
+
+    result = box_status(root, verify=full, trusted_keys=trusted_keys)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    table = Table("slot", "release", "size", "installed", "signed by", "smoke", "verification", title=result["root"])
+    for s in result["slots"]:
+        mark = " [bold green]← current[/]" if s["current"] else (" (previous)" if s["previous"] else "")
+        record = s.get("install") or {}
+        check = s["verification"]
+        table.add_row(s["slot"] + mark, str(s.get("release", "?")), _mib(s.get("size")), record.get("installed", "—"),
+                      Path(record["signed_by"]).name if record.get("signed_by") else "—",
+                      ", ".join(f"{k} {v}" for k, v in (record.get("smoke") or {}).items()) or "—",
+                      "ok" if check["state"] == "ok" else f"[red]{check['problem']}[/]")  # fmt: skip
+    console.print(table)
+    if result["partial"]:
+        console.print(f"[yellow]partial slots (an install running or killed): {', '.join(result['partial'])}[/]")
+
+
+@click.command()
+@root_option
+@trusted_key_option
+@json_option
+def rollback(root: Path, trusted_keys: tuple[Path, ...], as_json: bool) -> None:
+    """Switch this box back to the previous slot (verified again first); restart the service to run it."""
+    from edgekit.ship.box import rollback as run_rollback
+
+    result = run_rollback(root, trusted_keys=trusted_keys)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    _render_switch("rolled back", result)
+    console.print("[dim]systemd: systemctl restart edgekit (the running process keeps its slot until then)[/]")
+
+
+COMMANDS = (keygen, sign, verify, pack, install, status, rollback)
