@@ -250,7 +250,8 @@ def test_plan_lists_every_candidate_of_the_ladder_in_order(levers: tuple[BuildRe
     # and Q8_0's quantize is the sensitivity base of tiny-levers (Q8_0, default options): listed already too
     assert rungs == [("Q8_0", "validate"), ("F16", "quantize"), ("F16", "validate")]
     imatrix = next(t for t in tasks if t["stage"] == "imatrix")
-    assert imatrix["inputs"]["first_chunk"] == 4 and imatrix["cached"]  # 512 scored tokens / 128 per window
+    start, end = imatrix["inputs"]["calibration"]["range"]  # past the 512 scored tokens: 4 windows of 128, + 64
+    assert start >= 512 and end - start == 4 * 128 + 64 and imatrix["cached"]
 
 
 def test_a_pattern_matching_no_tensor_of_a_checkpoint_folder_is_refused_before_work(
