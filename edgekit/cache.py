@@ -4,6 +4,10 @@ Each entry lives at `<root>/<stage>/<key>/`, where `key` is the sha256 of the st
 An entry is produced in a temp folder and renamed into place only when complete, under a file
 lock, so a killed build leaves no half-written entry and two builds of the same recipe at once
 produce it once. `entry.json` records the inputs, the result and every file's size and sha256.
+
+A cache shared by the nodes of a cluster (a path every node mounts) is opened with `verify=True`:
+every read then checks each file's recorded sha256, not only its size, and temp folders are named
+after their host, so a node only ever cleans up what its own dead processes left.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +28,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from edgekit.fsutil import fsync_dir, write_json_atomic
-from edgekit.hashing import file_records
+from edgekit.hashing import file_records, sha256_file
 from edgekit.memwatch import MemoryWatch
 
 CACHE_FORMAT = 1
@@ -54,10 +59,16 @@ class CacheEntry:
         return self.meta.get("files", [])
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname())[:32] or "host"
+
+
 class StageCache:
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, verify: bool = False) -> None:
         self.root = (root or default_cache_root()).expanduser()
+        self.verify = verify  # check every file's sha256 on read (a cache shared between machines)
         self.events: list[tuple[str, str, bool]] = []  # (stage, key, reused) in the order asked
+        self._verified: set[tuple[str, int, int, int]] = set()  # (path, size, mtime_ns, inode) hashed here
 
     def entry_path(self, stage: str, key: str) -> Path:
         return self.root / stage / key
@@ -69,6 +80,8 @@ class StageCache:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
         if not self._sizes_match(path, meta.get("files", [])):
+            return None
+        if self.verify and not self._hashes_match(path, meta.get("files", [])):
             return None
         return CacheEntry(stage, key, path, meta, reused=True)
 
@@ -97,8 +110,9 @@ class StageCache:
     ) -> CacheEntry:
         final = self.entry_path(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        # named by the full key: whoever finds it left behind can try its producer's lock (clean_partials)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}.pid{os.getpid()}.", suffix=".partial"))
+        # named by the full key and the host: whoever finds it left behind on this host can try its producer's
+        # lock (clean_partials); another node's is that node's to judge
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}@{_host()}.pid{os.getpid()}.", suffix=".partial"))
         started = time.time()
         try:
             with MemoryWatch() as watch:
@@ -147,6 +161,21 @@ class StageCache:
         except (OSError, KeyError, TypeError):
             return False
 
+    def _hashes_match(self, path: Path, files: list[dict[str, Any]]) -> bool:
+        for record in files:
+            file = path / record["path"]
+            try:
+                st = file.stat()
+            except OSError:
+                return False
+            stamp = (str(file), st.st_size, st.st_mtime_ns, st.st_ino)
+            if stamp in self._verified:
+                continue
+            if sha256_file(file) != record.get("sha256"):
+                return False
+            self._verified.add(stamp)
+        return True
+
     def _lock(self, stage: str, key: str, timeout: float = -1) -> FileLock:
         """The lock a producer holds on entry `key` from before its temp folder exists until it is published."""
         lock_dir = self.root / ".locks"
@@ -159,13 +188,17 @@ class StageCache:
         A temp folder is abandoned when its producer's lock is free: the kernel drops a lock when the
         process holding it dies. (A PID would not do: it may belong to another container's namespace,
         or have been reused.) The folder is named by its entry's key; older edgekit versions named it by
-        the key's first 16 characters, so every lock of a key with that prefix must be free.
+        the key's first 16 characters, so every lock of a key with that prefix must be free. On a cache shared
+        by several nodes, only the node named in the folder's name judges it.
         """
         removed = 0
         if not self.root.exists():
             return 0
         for tmp in self.root.glob("*/.*.partial"):
-            match = re.match(r"\.([0-9a-f]{16,64})\.", tmp.name)
+            host = re.search(r"@([A-Za-z0-9-]+)\.pid", tmp.name)
+            if host and host.group(1) != _host():
+                continue  # another node's: only that node can tell whether its writer is alive
+            match = re.match(r"\.([0-9a-f]{16,64})[@.]", tmp.name)
             candidates = (
                 sorted((self.root / ".locks").glob(f"{tmp.parent.name}-{match.group(1)}*.lock")) if match else []
             )

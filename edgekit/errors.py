@@ -298,3 +298,22 @@ class InstallError(EdgekitError):
     """An install root that cannot take an install or a rollback now (busy, nothing to roll back to)."""
 
     exit_code = ExitCode.BAD_INPUT
+
+
+class BoxesMissing(UsageError):
+    """A recipe (or --boxes) names a box to benchmark on that no node of the cluster offers."""
+
+    def __init__(self, missing: list[str], offered: list[str]) -> None:
+        self.missing, self.offered = missing, offered
+        have = ", ".join(offered) if offered else "none"
+        super().__init__(
+            f"no node offers the box{'es' if len(missing) > 1 else ''} {', '.join(missing)} (boxes offered: {have})",
+            "start `edgekit agent --box NAME --address HEAD` on that box, or choose others with --boxes "
+            "(--boxes local benchmarks on the build machine)",
+        )
+
+
+class ClusterError(EdgekitError):
+    """The cluster cannot be used: Ray is not installed, or the head cannot be reached."""
+
+    exit_code = ExitCode.ENVIRONMENT

@@ -125,13 +125,32 @@ def build_plan(
     build_log: stagelog.Capture | None = None,
 ) -> BuildResult:
     started = started or time.time()
-    task = plan.bundle
     cache.clean_partials()
-    tools = Tools(cache, task.threads, plan.llama_cpp_dir)
+    tools = Tools(cache, plan.bundle.threads, plan.llama_cpp_dir)
     executor = executor or LocalExecutor(tools, progress)
     with MemoryWatch() as watch:
         entries = executor.run(plan.tasks)
         plan, ladders = run_ladders(plan, executor, entries, progress)
+    return finish_plan(plan, entries, executor, progress, started, cache=cache, watch=watch, build_log=build_log,
+                       ladders=ladders)  # fmt: skip
+
+
+def finish_plan(
+    plan: Plan,
+    entries: dict[str, CacheEntry],
+    executor: Executor,
+    progress: Progress,
+    started: float,
+    *,
+    cache: StageCache,
+    watch: MemoryWatch | None = None,
+    build_log: stagelog.Capture | None = None,
+    ladders: dict[str, LadderOutcome] | None = None,
+) -> BuildResult:
+    """The bundle of `plan` from its tasks' entries (the executor's events: what ran, of this plan and maybe
+    others); cache entries found damaged while bundling are rebuilt once. `plan` and `ladders` are as
+    `run_ladders` left them: the auto targets settled."""
+    ladders = ladders or {}
     task = plan.bundle
     repairs: list[dict[str, Any]] = []
     bundle_started = time.time()
@@ -142,8 +161,9 @@ def build_plan(
             raise GateFailure(outcome.excluded, None)
         try:
             with progress.task(f"bundle  {task.final}"):
-                assemble(task, entries, outcome, Extras(repairs, memory_record(plan, entries, watch),
-                         _log_folders(plan, entries), build_log.text() if build_log else None, ladders))  # fmt: skip
+                memory = memory_record(plan, entries, watch) if watch is not None else None
+                assemble(task, entries, outcome, Extras(repairs, memory, _log_folders(plan, entries),
+                         build_log.text() if build_log else None, ladders))  # fmt: skip
             break
         except CorruptCacheEntry as damaged:
             if attempt == 2:  # rebuilt entries differ again: the disk, not the cache
@@ -152,7 +172,8 @@ def build_plan(
     if build_log is not None:
         warn_notices(progress, "bundle", build_log)
     progress.stage_finished(task.label, time.time() - bundle_started, reused=False)
-    events = executor.events
+    keys = {t.key for t in plan.tasks}
+    events = [e for e in executor.events if e.key in keys]
     return BuildResult(
         bundle=Path(task.final),
         verdicts=outcome.verdicts,
@@ -229,9 +250,12 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
     kept = [a for a in artifacts if a.name not in outcome.excluded]
     bench = _bench_result(task, entries)
     runtime = bundle.runtime_values(task, kept, outcome.verdicts, bench)
+    benches = {b.box or "": _bench_entry(entries[b.key]) for b in task.box_benches}
     with staging_dir(Path(task.final)) as tmp:
         records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
-        bundle.add_ship_files(tmp, task, records, entries, bench, runtime["artifact"])
+        measured = [b for b in (bench, *benches.values()) if b is not None]
+        bundle.add_ship_files(tmp, task, records, entries, measured, runtime["artifact"])
+        bundle.stage_box_runtimes(tmp, task, kept, outcome.verdicts, benches)
         reference, noise = _reference_summary(task, entries)
         report = build_report(
             task.report,
@@ -245,6 +269,7 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
             levers=lever_figures(task, entries, extras.ladders),
             repairs=extras.repairs,
             memory=extras.memory,
+            benches=benches,
         )
         write_reports(tmp, report)
         bundle.stage_logs(tmp, extras.logs, extras.build_log)
@@ -252,9 +277,10 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
 
 
 def _bench_result(task: BundleTask, entries: dict[str, CacheEntry]) -> dict[str, Any] | None:
-    if task.bench is None:
-        return None
-    entry = entries[task.bench.key]
+    return _bench_entry(entries[task.bench.key]) if task.bench is not None else None
+
+
+def _bench_entry(entry: CacheEntry) -> dict[str, Any]:
     return {**entry.result, "cache": {"key": entry.key, "reused": entry.reused}}
 
 

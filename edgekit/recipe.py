@@ -182,8 +182,23 @@ class CalibrationSection(_Section):
     )
 
 
+class BenchBox(_Section):
+    """`[[bench.boxes]]`: a target box (a cluster node started with `edgekit agent --box NAME`) to benchmark on."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
 class BenchSection(BenchOptions):
     enabled: bool = True
+    boxes: tuple[BenchBox, ...] = Field((), description="benchmark on these boxes of the cluster, one runtime each")
+
+    @field_validator("boxes")
+    @classmethod
+    def _distinct_boxes(cls, value: tuple[BenchBox, ...]) -> tuple[BenchBox, ...]:
+        names = [b.name for b in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"names a box twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+        return value
 
 
 class RuntimeDefaults(_Section):

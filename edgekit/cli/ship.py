@@ -3,15 +3,13 @@ rollback (box). Parse, call `edgekit.ship`, render; `--json` prints what the hum
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 
-from edgekit.cli.common import bundle_argument, console, emit_json
-from edgekit.cli.common import json_option as schema_json_option
+from edgekit.cli.common import bundle_argument, console, emit_json, json_option
 
 trusted_key_option = click.option(
     "--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -21,7 +19,6 @@ root_option = click.option(
     "--root", default="/var/lib/edgekit", show_default=True, type=click.Path(file_okay=False, path_type=Path),
     help="The box's install root (slots/, current, state.json).",
 )  # fmt: skip
-json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 def _mib(size: int | None) -> str:
@@ -67,7 +64,7 @@ def sign(bundle: str, private_key: Path | None, sigstore: bool) -> None:
     help="Check the signature against this public key only (repeatable), not the box's trust policy.",
 )  # fmt: skip
 @trusted_key_option
-@schema_json_option("verify")
+@json_option("verify")
 def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path, ...], as_json: bool) -> None:
     """Check every file of BUNDLE against its manifest and, with --key or a trust policy, its signature."""
     from edgekit.errors import EdgekitError, IntegrityError
@@ -107,15 +104,14 @@ def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path,
     help="The pack file, or a folder (default: NAME-RELEASE.edgekit here).",
 )
 @click.option("--zstd", is_flag=True, help="Compress with zstd (deterministic; quantized weights shrink little).")
-@json_option
+@json_option("pack")
 def pack(bundle: str, out: Path | None, zstd: bool, as_json: bool) -> None:
     """Pack the signed BUNDLE into one deterministic file to copy to the boxes; print its sha256."""
     from edgekit.ship.pack import pack_bundle
 
     packed = pack_bundle(Path(bundle), out, zstd=zstd)
     if as_json:
-        click.echo(json.dumps(packed.as_dict()))
-        return
+        return emit_json("pack", packed.as_dict())
     console.print(f"{packed.sha256}  {packed.path}", highlight=False)
     zstd_note = ", zstd" if packed.zstd else ""
     console.print(
@@ -131,7 +127,7 @@ def pack(bundle: str, out: Path | None, zstd: bool, as_json: bool) -> None:
 @trusted_key_option
 @click.option("--allow-downgrade", is_flag=True, help="Install a release not higher than the running one.")
 @click.option("--keep", type=click.IntRange(1, 100), default=2, show_default=True, help="Slots kept after a switch.")
-@json_option
+@json_option("install")
 def install(
     pack_file: str, root: Path, trusted_keys: tuple[Path, ...], allow_downgrade: bool, keep: int, as_json: bool
 ) -> None:
@@ -140,8 +136,7 @@ def install(
 
     result = run_install(pack_file, root, trusted_keys=trusted_keys, allow_downgrade=allow_downgrade, keep=keep)
     if as_json:
-        click.echo(json.dumps(result))
-        return
+        return emit_json("install", result)
     if not result["changed"]:
         console.print(
             f"{result['name']} release {result['release']} is already current ({result['slot']}): nothing to do"
@@ -167,21 +162,24 @@ def _render_switch(verb: str, result: dict[str, Any]) -> None:
 @root_option
 @click.option("--verify", "full", is_flag=True, help="Hash every file and check each slot's signature.")
 @trusted_key_option
-@json_option
+@json_option("status")
 def status(root: Path, full: bool, trusted_keys: tuple[Path, ...], as_json: bool) -> None:
     """Show this box's slots: which is current, their releases, install records and verification state."""
     from edgekit.ship.box import status as box_status
 
     result = box_status(root, verify=full, trusted_keys=trusted_keys)
     if as_json:
-        click.echo(json.dumps(result))
-        return
-    table = Table("slot", "release", "size", "installed", "signed by", "smoke", "verification", title=result["root"])
+        return emit_json("status", result)
+    table = Table(title=result["root"])
+    table.add_column("slot", overflow="fold")  # a slot's whole name, on several lines if it must
+    table.add_column("", no_wrap=True)  # "← current" stays whole however narrow the terminal
+    for name in ("release", "size", "installed", "signed by", "smoke", "verification"):
+        table.add_column(name)
     for s in result["slots"]:
-        mark = " [bold green]← current[/]" if s["current"] else (" (previous)" if s["previous"] else "")
+        mark = "[bold green]← current[/]" if s["current"] else ("(previous)" if s["previous"] else "")
         record = s.get("install") or {}
         check = s["verification"]
-        table.add_row(s["slot"] + mark, str(s.get("release", "?")), _mib(s.get("size")), record.get("installed", "—"),
+        table.add_row(s["slot"], mark, str(s.get("release", "?")), _mib(s.get("size")), record.get("installed", "—"),
                       Path(record["signed_by"]).name if record.get("signed_by") else "—",
                       ", ".join(f"{k} {v}" for k, v in (record.get("smoke") or {}).items()) or "—",
                       "ok" if check["state"] == "ok" else f"[red]{check['problem']}[/]")  # fmt: skip
@@ -193,15 +191,14 @@ def status(root: Path, full: bool, trusted_keys: tuple[Path, ...], as_json: bool
 @click.command()
 @root_option
 @trusted_key_option
-@json_option
+@json_option("rollback")
 def rollback(root: Path, trusted_keys: tuple[Path, ...], as_json: bool) -> None:
     """Switch this box back to the previous slot (verified again first); restart the service to run it."""
     from edgekit.ship.box import rollback as run_rollback
 
     result = run_rollback(root, trusted_keys=trusted_keys)
     if as_json:
-        click.echo(json.dumps(result))
-        return
+        return emit_json("rollback", result)
     _render_switch("rolled back", result)
     console.print("[dim]systemd: systemctl restart edgekit (the running process keeps its slot until then)[/]")
 

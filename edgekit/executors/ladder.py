@@ -141,12 +141,14 @@ def _decide(auto: AutoTarget, rungs: list[Rung]) -> LadderOutcome:
 
 
 def settle(bundle: BundleTask, outcomes: dict[str, LadderOutcome]) -> BundleTask:
-    """The bundle with each ladder's kept candidate among its targets (recipe order), and its bench re-formed."""
+    """The bundle with each ladder's kept candidate among its targets (recipe order), its benches re-formed."""
     targets = list(bundle.targets)
     for auto in sorted(bundle.auto, key=lambda a: a.position):
         kept = renamed(auto.candidates[outcomes[auto.name].kept], auto.name)
         targets.insert(min(auto.position, len(targets)), kept)
+    report = bundle.report
     bench = bundle.bench
     if bench is not None:
-        bench = bench_over(bench, targets, bundle.report.exclude_failed, bundle.report.on_inconclusive)
-    return dataclasses.replace(bundle, targets=tuple(targets), auto=(), bench=bench)
+        bench = bench_over(bench, targets, report.exclude_failed, report.on_inconclusive)
+    boxes = tuple(bench_over(b, targets, report.exclude_failed, report.on_inconclusive) for b in bundle.box_benches)
+    return dataclasses.replace(bundle, targets=tuple(targets), auto=(), bench=bench, box_benches=boxes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from edgekit.backends.base import BuildEnv
 from edgekit.evaldata import EvalPlan, load_text
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
+from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.reference import reference_task
@@ -93,10 +94,15 @@ def make_plan(
     out_given: bool = False,
     threads: int | None = None,
     command: str = "edgekit build",
+    offered_boxes: Mapping[str, Box] | None = None,
+    boxes: tuple[str, ...] | None = None,
 ) -> Plan:
+    """The plan of `recipe`. `offered_boxes`: what the cluster offers; `boxes` replaces `[[bench.boxes]]`."""
     threads = threads or machine.physical_cores()
     env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
     preflight(recipe, final, out_given=out_given, env=env)
+    asked = boxes if boxes is not None else tuple(b.name for b in recipe.spec.bench.boxes)
+    bench_boxes = boxes_to_bench(asked, offered_boxes) if recipe.spec.bench.enabled else ()
     fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
     kept, skipped = buildable_targets(recipe, fetch, env)
     backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in kept)}
@@ -113,7 +119,7 @@ def make_plan(
     targets = tuple(t for t in planned if isinstance(t, TargetPlan))
     auto = tuple(t for t in planned if isinstance(t, AutoTarget))
     report = _report(recipe, Path(final).name if final else recipe.name, command, evaluation)
-    bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None
+    bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None  # "fastest" ladders: on this machine
     auto = tuple(dataclasses.replace(a, bench=fastest_bench(bench, a, report)) if a.objective == "fastest" and bench
                  else a for a in auto)  # fmt: skip
     bundle = BundleTask(
@@ -123,7 +129,7 @@ def make_plan(
         checkpoint=fetch,
         targets=targets,
         reference=reference,
-        bench=bench,
+        bench=bench if not bench_boxes else None,
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
@@ -131,6 +137,7 @@ def make_plan(
         skipped=skipped,
         auto=auto,
         release=recipe.spec.bundle.release,
+        box_benches=tuple(_bench(recipe, targets, box) for box in bench_boxes),
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
@@ -151,14 +158,16 @@ def _bootstrap(recipe: Recipe) -> Bootstrap:
     return Bootstrap(cfg.bootstrap_resamples, cfg.bootstrap_block_tokens, cfg.seed)
 
 
-def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...]) -> BenchTask:
+def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...], box: Box | None = None) -> BenchTask:
     runtime = recipe.spec.bundle.runtime
     settings = BenchSettings.from_options(recipe.spec.bench, n_ctx=runtime.n_ctx, n_batch=runtime.n_batch)
     template = BenchTask(
         artifacts=(),
         settings=settings.as_dict(),
-        machine=machine.fingerprint(),
+        machine=box.fingerprint if box is not None else machine.fingerprint(),
         versions={"llama-cpp-python": dist_version("llama-cpp-python"), **BENCH_VERSIONS},
+        box=box.name if box is not None else None,
+        box_labels=dict(box.labels) if box is not None else {},
     )
     cfg = recipe.spec.validation
     return bench_over(template, targets, recipe.spec.bundle.exclude_failed, cfg.on_inconclusive)

@@ -237,13 +237,18 @@ class BenchTask(Task):
     versions: dict[str, Any]
     exclusion: Exclusion | None = field(default=None, metadata=KEYED_IF_SET)
     names: tuple[str, ...] = ()  # the artifacts' names: the figures are kept by name
+    box: str | None = field(default=None, metadata=KEYED_IF_SET)  # measured on this box of the cluster
+    box_labels: dict[str, str] = field(default_factory=dict, metadata=UNKEYED, compare=False)
 
     @property
     def label(self) -> str:
-        return f"bench {len(self.artifacts)} artifacts"
+        return f"bench {len(self.artifacts)} artifacts" + (f" on {self.box}" if self.box else "")
 
     def deps(self) -> tuple[Task, ...]:
         return self.artifacts + (self.exclusion.validations if self.exclusion else ())
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=threads, box=self.box)
 
 
 @dataclass(frozen=True)
@@ -367,6 +372,7 @@ class BundleTask(Task):
     skipped: tuple[SkippedTarget, ...] = ()
     auto: tuple[AutoTarget, ...] = ()  # ladders, settled into `targets` by `edgekit.executors.ladder`
     release: int = 0  # [bundle] release or `edgekit build --release`: boxes refuse to install a lower one
+    box_benches: tuple[BenchTask, ...] = ()  # one per [[bench.boxes]]: runtime/<box>.toml each
 
     @property
     def label(self) -> str:
@@ -378,4 +384,4 @@ class BundleTask(Task):
         for t in self.targets:
             found += t.tasks()
         found += [t for t in (self.reference, None if self.auto else self.bench) if t is not None]
-        return tuple(found)
+        return (*found, *(() if self.auto else self.box_benches))

@@ -223,6 +223,7 @@ def build_report(
     levers: dict[str, Any] | None = None,
     repairs: list[dict[str, Any]] | None = None,
     memory: dict[str, Any] | None = None,
+    benches: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.name: t for t in targets}
     rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
@@ -243,4 +244,5 @@ def build_report(
         "sensitivity": (levers or {}).get("sensitivity", []),
         "cache_repairs": repairs or [],
         "memory": memory,
+        "benches": benches or {},  # box → its bench (same layout as "bench"), from [[bench.boxes]]
     }

@@ -57,6 +57,14 @@ def _colour(verdict: str | None) -> str:
     return VERDICT_COLOURS.get(verdict or "", OTHER_COLOUR)
 
 
+def _error_bar(value: float, low: float | None, high: float | None) -> list[list[float]] | None:
+    """matplotlib's [[below], [above]]; a percentile interval need not hold its point estimate (a mean of ~1e-7
+    next to its resamples' rounding), and a bar cannot be negative."""
+    if low is None or high is None:
+        return None
+    return [[max(0.0, value - low)], [max(0.0, high - value)]]
+
+
 def _est(metrics: dict[str, Any], key: str) -> tuple[float, float | None, float | None] | None:
     m = metrics.get(key)
     if not m or m.get("value") is None or (isinstance(m["value"], float) and math.isnan(m["value"])):
@@ -76,7 +84,7 @@ def size_vs_kld(report: dict[str, Any]) -> bytes | None:
         value, low, high = _est(a["metrics"], "kld_mean")  # type: ignore[misc]
         x = a["size"] / 2**20
         colour = _colour(a["verdict"])
-        yerr = [[value - low], [high - value]] if low is not None and high is not None else None
+        yerr = _error_bar(value, low, high)
         ax.errorbar([x], [value], yerr=yerr, fmt="o", ms=7, capsize=4, color=colour, zorder=3)
         ax.annotate(
             f"{a['name']}  {value:.3g}\n{a['verdict']}",
@@ -168,7 +176,7 @@ def perplexity(report: dict[str, Any]) -> bytes | None:
             if est is None:
                 continue
             value, low, high = est
-            xerr = [[value - low], [high - value]] if low is not None and high is not None else None
+            xerr = _error_bar(value, low, high)
             ax.errorbar([value], [y], xerr=xerr, fmt="o", color=colour, capsize=3, ms=5)
         if gate:
             right.plot([gate], [y], marker="|", ms=14, mew=2, color=colour, alpha=0.6)

@@ -104,3 +104,23 @@ def repairs_view(repairs: list[dict[str, Any]] | None) -> list[str]:
         out.append(f"{r['artifact']}: the cached artifact differed from its recorded sha256 ({files}); {r['action']}; "
                    f"{same}.")  # fmt: skip
     return out
+
+
+def memory_view(memory: dict[str, Any] | None, reference: dict[str, Any] | None) -> dict[str, str | None]:
+    """One line for the reference's memory mode and one for peak resident memory per stage (None: not measured)."""
+    out: dict[str, str | None] = {"reference": None, "peaks": None}
+    if reference:
+        how = "one decoder layer at a time" if reference["mode"] == "stream" else "the whole model at once"
+        out["reference"] = (
+            f'{how} (reference_memory = "{reference["requested"]}"; estimated {reference["estimate_full_mib"]:,} MiB '
+            f"whole, {reference['estimate_stream_mib']:,} MiB streamed; {reference['available_mib']:,} MiB "
+            f"available, {reference['limited_by']})"
+        )
+    if memory:
+        stages = [
+            f"{name} {m['rss_anon_peak_mib']:,} + {m['rss_file_peak_mib']:,}" for name, m in memory["stages"].items()
+        ]
+        build = memory["build"]
+        stages.append(f"this build {build['rss_anon_peak_mib']:,} + {build['rss_file_peak_mib']:,}")
+        out["peaks"] = "; ".join(stages)
+    return out

@@ -10,7 +10,14 @@ import json
 from typing import Any
 
 from edgekit.report.levers_view import levers_view
-from edgekit.report.sections import differences_view, engine_text, repairs_view, sequential_text, to_decide_text
+from edgekit.report.sections import (
+    differences_view,
+    engine_text,
+    memory_view,
+    repairs_view,
+    sequential_text,
+    to_decide_text,
+)
 from edgekit.report.text import fmt, fmt_ci, sample_size, type_mix_text, type_params
 
 # key, label, what it is, format ("g" significant digits, "%" percentage)
@@ -250,13 +257,17 @@ def _bench_view(bench: Any) -> dict[str, Any] | None:
     return {"artifacts": artifacts, "scalars": scalar_rows, "series": series_rows, "other": other}
 
 
+def _anchor(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name)
+
+
 def _artifact_view(a: dict[str, Any], per_window: tuple[int, int] | None) -> dict[str, Any]:
     metrics = a.get("metrics") or {}
     types = a.get("tensor_types") or {}
     task_gated = (a.get("gates") or {}).get("task_drop_max") is not None
     return {
         "name": a["name"],
-        "anchor": "artifact-" + "".join(c if c.isalnum() else "-" for c in a["name"]),
+        "anchor": "artifact-" + _anchor(a["name"]),
         "backend": a.get("backend", ""),
         "scheme": a.get("scheme", ""),
         "verdict": a.get("verdict", "not validated"),
@@ -333,26 +344,6 @@ def _figures(plots: dict[str, tuple[str, bytes]] | None) -> list[dict[str, str]]
     ]
 
 
-def _memory_view(memory: dict[str, Any] | None, reference: dict[str, Any] | None) -> dict[str, str | None]:
-    """One line for the reference's memory mode and one for peak resident memory per stage (None: not measured)."""
-    out: dict[str, str | None] = {"reference": None, "peaks": None}
-    if reference:
-        how = "one decoder layer at a time" if reference["mode"] == "stream" else "the whole model at once"
-        out["reference"] = (
-            f'{how} (reference_memory = "{reference["requested"]}"; estimated {reference["estimate_full_mib"]:,} MiB '
-            f"whole, {reference['estimate_stream_mib']:,} MiB streamed; {reference['available_mib']:,} MiB "
-            f"available, {reference['limited_by']})"
-        )
-    if memory:
-        stages = [
-            f"{name} {m['rss_anon_peak_mib']:,} + {m['rss_file_peak_mib']:,}" for name, m in memory["stages"].items()
-        ]
-        build = memory["build"]
-        stages.append(f"this build {build['rss_anon_peak_mib']:,} + {build['rss_file_peak_mib']:,}")
-        out["peaks"] = "; ".join(stages)
-    return out
-
-
 def _ppl_reference(report: dict[str, Any]) -> dict[str, str] | None:
     found = next(((a.get("metrics") or {}).get("ppl_reference") for a in report.get("artifacts", [])
                   if (a.get("metrics") or {}).get("ppl_reference")), None)  # fmt: skip
@@ -390,7 +381,11 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "outcome": "FAILED" if required_failed else "OK",
         "bench": _bench_view(report.get("bench")),
         "repairs": repairs_view(report.get("cache_repairs")),
-        "memory": _memory_view(report.get("memory"), (report.get("reference") or {}).get("memory")),
+        "memory": memory_view(report.get("memory"), (report.get("reference") or {}).get("memory")),
+        "box_benches": [
+            {"box": box, "anchor": _anchor(box), "bench": _bench_view(bench)}
+            for box, bench in sorted((report.get("benches") or {}).items())
+        ],
         "gate_labels": GATE_LABELS,
         "fmt": fmt,
         **levers_view(report),

@@ -1,7 +1,13 @@
-"""runtime.toml: how the bundle runs on the box. `runtime.local.toml` (from `edgekit tune`) overrides it."""
+"""runtime.toml: how the bundle runs on the box. `runtime.local.toml` (from `edgekit tune`) overrides it.
+
+A bundle benchmarked on several boxes also holds `runtime/<box>.toml`, one per box, each with a `[box]`
+table (name, fingerprint, labels). On a box the loader takes the one named by `EDGEKIT_BOX` (or the
+`box` argument), else the one whose fingerprint is this machine's, else runtime.toml.
+"""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +19,8 @@ from edgekit.errors import RuntimeConfigError
 
 RUNTIME_FILE = "runtime.toml"
 LOCAL_FILE = "runtime.local.toml"
+BOX_DIR = "runtime"
+BOX_ENV = "EDGEKIT_BOX"
 
 
 class RuntimeConfig(BaseModel):
@@ -31,6 +39,10 @@ class RuntimeConfig(BaseModel):
     numa_node: int | None = None
     max_queue: int = Field(16, ge=1)
     max_request_tokens: int = Field(512, ge=1)
+    # serve: prompt prefixes kept in host memory beyond the slots' own (0: only the slots'), and prompt
+    # tokens prefilled per step while other sequences are generating (a long prompt does not stall them).
+    prefix_cache: int = Field(8, ge=0, le=256)
+    prefill_chunk: int = Field(64, ge=1, le=65536)
     derived_from: str = "recipe defaults"
     # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see README).
     num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS
@@ -43,29 +55,57 @@ class RuntimeConfig(BaseModel):
     env_allocators: bool | None = None  # ONNX Runtime session.use_env_allocators (one shared arena)
 
 
-def render_runtime_toml(values: dict[str, Any]) -> str:
+def render_runtime_toml(values: dict[str, Any], box: dict[str, Any] | None = None) -> str:
     config = RuntimeConfig(**values)
     header = (
         "# How this bundle runs on the box. Signed with the bundle (listed in manifest.json).\n"
         "# To change it on one box, run `edgekit tune BUNDLE` or write runtime.local.toml beside it.\n"
     )
-    return header + tomli_w.dumps({"runtime": config.model_dump(exclude_none=True)})
+    return header + tomli_w.dumps({"runtime": config.model_dump(exclude_none=True), **({"box": box} if box else {})})
 
 
-def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None) -> RuntimeConfig:
-    """runtime.toml (signed with the bundle), then runtime.local.toml (the box's, checked against the same schema:
+def box_runtime_file(bundle: Path, box: str | None = None) -> Path | None:
+    """The runtime/<box>.toml for this box: by name (`box`, else $EDGEKIT_BOX), else by this machine's fingerprint."""
+    folder = bundle / BOX_DIR
+    if not folder.is_dir():
+        return None
+    name = box or os.environ.get(BOX_ENV)
+    if name:
+        path = folder / f"{name}.toml"
+        if not path.is_file():
+            offered = ", ".join(sorted(p.stem for p in folder.glob("*.toml"))) or "none"
+            raise RuntimeConfigError(f"{bundle} has no runtime for box {name!r} (it has: {offered})",
+                                     f"unset {BOX_ENV} or build with this box in [[bench.boxes]]")  # fmt: skip
+        return path
+    from edgekit.runtime.machine import fingerprint
+
+    here = fingerprint()
+    for path in sorted(folder.glob("*.toml")):
+        if _read(path).get("box", {}).get("fingerprint") == here:
+            return path
+    return None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {path.name}") from None
+
+
+def load_runtime_config(bundle: Path, overrides: dict[str, Any] | None = None, box: str | None = None) -> RuntimeConfig:
+    """runtime.toml (signed with the bundle), then runtime/<box>.toml (this box's measured tuning, signed too),
+    then runtime.local.toml (the box's, checked against the same schema:
     only a [runtime] table of known keys and valid values), then `overrides` (command-line options)."""
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
-    for name in (RUNTIME_FILE, LOCAL_FILE):
+    chosen = box_runtime_file(bundle, box)
+    for name in (RUNTIME_FILE, *([f"{BOX_DIR}/{chosen.name}"] if chosen else []), LOCAL_FILE):
         path = bundle / name
         if not path.is_file():
             continue
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise RuntimeConfigError(f"{path}: not valid TOML ({exc})", f"fix or delete {name}") from None
-        extra = sorted(set(data) - {"runtime"})
+        data = _read(path)
+        extra = sorted(set(data) - ({"runtime"} if name == LOCAL_FILE else {"runtime", "box"}))
         if extra or not isinstance(data.get("runtime", {}), dict):
             raise RuntimeConfigError(
                 f"{path}: holds {', '.join(f'[{k}]' for k in extra) or 'a runtime key'} besides a [runtime] table",

@@ -3,6 +3,7 @@
 Layout:
     manifest.json        provenance, every file's size and sha256, artifacts, verdicts
     runtime.toml         threads, NUMA, mmap/mlock, context, batch, concurrency, warm-up
+    runtime/<box>.toml   the same, measured on each box of `[[bench.boxes]]` (chosen on the box by name or fingerprint)
     run.sh               launcher: verifies, applies NUMA/threads, starts serve or run
     recipe.toml          the recipe this bundle was built from
     models/<artifact>    one file (GGUF) or folder (OpenVINO IR, ONNX) per artifact
@@ -32,7 +33,7 @@ from edgekit.hashing import copy_hashed, file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.records import Artifact, Checkpoint
-from edgekit.runtime.config import render_runtime_toml
+from edgekit.runtime.config import BOX_DIR, render_runtime_toml
 from edgekit.ship import service
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 
@@ -86,16 +87,30 @@ def add_ship_files(
     task: BundleTask,
     records: list[dict[str, Any]],
     entries: dict[str, CacheEntry],
-    bench: dict[str, Any] | None,
+    benches: list[dict[str, Any] | None],
     default: str,
 ) -> None:
-    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit."""
+    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit
+    (its memory limit from the largest peak any bench measured: this machine's or each [[bench.boxes]]')."""
     smoke = {t.name: entries[t.smoke.key].result for t in task.targets if t.smoke is not None}
     for record in records:
         record["smoke"] = smoke.get(record["name"], {"skipped": "not recorded"})
     size = next((r["size"] for r in records if r["name"] == default), 0)
-    memory, why = service.memory_max_mib(bench, default, size)
+    memory, why = max((service.memory_max_mib(b, default, size) for b in benches or [None]), key=lambda m: m[0])
     write_text_atomic(tmp / service.SERVICE, service.render_unit(task.name, __version__, memory, why))
+
+
+def stage_box_runtimes(
+    tmp: Path, task: BundleTask, artifacts: list[Artifact], verdicts: dict[str, str], benches: dict[str, Any]
+) -> None:
+    """runtime/<box>.toml for each box benchmarked: what its bench measured, and the box's labels to match it by."""
+    for bench_task in task.box_benches:
+        box = bench_task.box or ""
+        labels = bench_task.box_labels
+        cores = int(labels.get("physical-cores", task.threads))
+        values = runtime_values(task, artifacts, verdicts, benches[box], threads=cores)
+        text = render_runtime_toml(values, box={"name": box, "fingerprint": bench_task.machine, "labels": labels})
+        write_text_atomic(tmp / BOX_DIR / f"{box}.toml", text)
 
 
 def _artifact_record(
@@ -144,9 +159,13 @@ def seal_manifest(
 
 
 def runtime_values(
-    task: BundleTask, artifacts: list[Artifact], verdicts: dict[str, str], bench: dict[str, Any] | None
+    task: BundleTask,
+    artifacts: list[Artifact],
+    verdicts: dict[str, str],
+    bench: dict[str, Any] | None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
-    """runtime.toml: the recipe's defaults and this machine's cores, then what the bench measured."""
+    """runtime.toml: the recipe's defaults and this machine's (or the box's) cores, then what the bench measured."""
     from edgekit.runtime.bench.derive import derive_runtime
 
     defaults = task.runtime_defaults
@@ -154,8 +173,8 @@ def runtime_values(
     chosen = (passing or artifacts)[0]
     values: dict[str, Any] = {
         "artifact": chosen.name,
-        "n_threads": task.threads,
-        "n_threads_batch": task.threads,
+        "n_threads": threads or task.threads,
+        "n_threads_batch": threads or task.threads,
         "use_mmap": True,
         **{k: defaults[k] for k in RUNTIME_DEFAULTS},
         "derived_from": "recipe defaults and this machine's physical cores (bench disabled)",

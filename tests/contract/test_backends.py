@@ -7,7 +7,10 @@ bounds that scheme must meet on the real SmolLM2-135M checkpoint:
     → logits for token ids: right shape, and close to the torch reference (top-1, mean KL) on a short text
     → the bundle holds the artifact (file or folder) and verifies
     → the runtime engine loads it from the bundle in a process without torch, and generates;
-      its first greedy token is the argmax of its own logits() — the validation seam is the serving path.
+      its first greedy token is the argmax of its own logits() — the validation seam is the serving path
+    → a served prompt that reuses a cached prefix (what a slot held, or a copy from the store) gets the logits
+      of a cold prefill: identical on llama.cpp; on OpenVINO and ONNX Runtime within twice what two cold
+      prefills chunked differently already differ by.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe, parse_recipe
 from edgekit.records import Artifact
 from edgekit.registry import build_backend
+from edgekit.runtime.config import RuntimeConfig
+from edgekit.runtime.engines import load_engine
+from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.engines.prefix import Reuse, common_prefix
 
 ENGINE_SCRIPT = r"""
 import json, re, sys
@@ -59,6 +66,23 @@ print(json.dumps({
 }))
 engine.close()
 """
+
+
+def served_logits(engine: Any, seq: int, ids: list[int]) -> tuple[Reuse, np.ndarray]:
+    """Admit `ids` as `serve` does and advance until its first token; the logits of its last prompt token."""
+    captured: list[np.ndarray] = []
+    if not hasattr(engine, "_logits_row"):  # stepwise engines: watch what each model call returns
+        run = engine._run
+        engine._run = lambda slot, chunk, pos: captured.append(np.array(out := run(slot, chunk, pos))[-1]) or out
+    try:
+        reuse = engine.admit(seq, ids, Sampling())
+        while seq not in engine.advance(16):
+            pass
+    finally:
+        engine.__dict__.pop("_run", None)
+    logits = captured[-1] if captured else engine._logits_row(-1).copy()
+    engine.finish(seq)
+    return reuse, logits
 
 
 def mean_kld(reference: np.ndarray, candidate: np.ndarray) -> float:
@@ -103,6 +127,7 @@ class BackendContract:
     min_top1: ClassVar[float]  # on REFERENCE_TEXTS, ~400 tokens
     max_kld: ClassVar[float]
     folder: ClassVar[bool] = True  # the artifact is a folder (IR, ONNX) rather than one file (GGUF)
+    prefix_exact: ClassVar[bool] = False  # a prefix hit gives bit-identical logits
 
     # --- the contract ---------------------------------------------------------------------------
 
@@ -169,9 +194,38 @@ class BackendContract:
         assert len(out["tokens"]) == 12 and out["text"].strip()
         assert out["eos"] and out["template"] and out["chat_ids"] == [1, 4093]
 
+    def test_a_prefix_hit_gives_the_logits_of_a_cold_prefill(self, artifact: Artifact) -> None:
+        config = RuntimeConfig(artifact=artifact.name, n_threads=2, n_threads_batch=2, n_ctx=512, n_batch=64,
+                               max_concurrent=2, prefix_cache=2)  # fmt: skip
+        engine = load_engine(self.backend, artifact.path, None, config)
+        try:
+            system = engine.tokenize("You are the assistant of the water pump station. Answer briefly. " * 2)
+            first = system + engine.tokenize(" Question: is the north valve open today?")
+            second = system + engine.tokenize(" Question: how many pumps run at night?")
+            other = engine.tokenize("Unrelated text about the mountains and rivers of the north. " * 3)
+            cold = engine.logits(second)[-1].copy()
+            engine.n_batch = len(system)  # the same prompt, chunked elsewhere: the backend's own variation
+            chunked = engine.logits(second)[-1].copy()
+            engine.n_batch = config.n_batch
+            served_logits(engine, 0, first)
+            assert engine.pick_slot([0, 1], second) == 0
+            reuse, hit = served_logits(engine, 0, second)
+            assert reuse == Reuse(common_prefix(first, second), "slot")
+            served_logits(engine, 0, other)  # repurposes slot 0: `second` goes to the store
+            restored_reuse, restored = served_logits(engine, 1, second)
+            assert restored_reuse == Reuse(len(second) - 1, "store")
+        finally:
+            engine.close()
+        for got in (hit, restored):
+            assert int(got.argmax()) == int(cold.argmax())
+            if self.prefix_exact:
+                assert np.array_equal(got, cold)
+            else:
+                assert np.abs(got - cold).max() <= 2 * np.abs(chunked - cold).max(), (got - cold, chunked - cold)
+
 
 class TestGGUF(BackendContract):
-    backend, scheme, folder = "gguf", "Q8_0", False
+    backend, scheme, folder, prefix_exact = "gguf", "Q8_0", False, True
     expected_types: ClassVar[set[str]] = {"Q8_0"}
     bits = (8.0, 9.0)
     min_top1, max_kld = 0.9, 0.03

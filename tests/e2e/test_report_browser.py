@@ -86,7 +86,7 @@ def test_report_html_renders_in_chromium(default_build: BuildResult, browser: ob
         assert len(card.find_elements(By.CSS_SELECTOR, ".span")) == 10
         assert len(card.find_elements(By.CSS_SELECTOR, "table.completions tbody tr")) == 5
         assert len(card.find_elements(By.CSS_SELECTOR, ".tok.worst")) == 10
-    assert "scored token range 0–8,192" in text and "runtime engine" in text
+    assert "Scored token range 0–8,192" in text and "runtime engine" in text
 
     images = driver.find_elements(By.TAG_NAME, "img")  # type: ignore[attr-defined]
     assert len(images) >= 4

@@ -354,6 +354,27 @@ def test_a_client_hanging_up_mid_body_is_not_an_application_error(server: Server
     server.assert_healthy(since)
 
 
+def test_a_repeated_system_prompt_is_not_prefilled_again(server: Server) -> None:
+    """Three requests sharing a long system prompt: the 2nd and 3rd reuse its KV cells (counted in /metrics),
+    and a reused prefix gives the answer a cold prefill gives (greedy, so the same text)."""
+    server.wait_idle()
+    since = server.mark()
+    names = ("edgekit_prefix_cache_reused_tokens_total", 'edgekit_prefix_cache_hits_total{source="slot"}')
+    before = {name: server.metric(name) for name in names}
+    system = "You are the assistant of the water pump station. Answer briefly and precisely. " * 4
+    questions = ("Is the north valve open?", "Is the north valve open?", "How many pumps run at night?")
+    answers = []
+    for question in questions:
+        body = {"prompt": system + question, "max_tokens": 6, "temperature": 0}
+        answers.append(httpx.post(server.url + "/v1/completions", json=body, timeout=60).json())
+    prompt_tokens = [a["usage"]["prompt_tokens"] for a in answers]
+    assert answers[0]["choices"][0]["text"] == answers[1]["choices"][0]["text"]
+    assert server.metric(names[1]) - before[names[1]] >= 2
+    reused = server.metric(names[0]) - before[names[0]]
+    assert reused >= (prompt_tokens[1] - 1) + prompt_tokens[2] // 2, (reused, prompt_tokens)
+    server.assert_healthy(since)
+
+
 LOAD_REQUESTS, LOAD_CLIENTS, LOAD_DEADLINE_S = 160, 8, 240.0
 
 

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
+from edgekit.cli.common import load_schema, schema_version
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult
 from edgekit.ship.trust import TRUST_DIR_ENV
@@ -145,6 +147,19 @@ def test_rollback_switches_back_to_the_previous_release(shipped: Shipped) -> Non
     assert os.readlink(shipped.box / "current") == rolled["slot"]
     human = shipped.steps["status after rollback"]
     assert human.returncode == 0 and "← current" in human.stdout and "(previous)" in human.stdout
+
+
+@pytest.mark.parametrize(
+    ("step", "schema"),
+    [("pack r0", "pack"), ("pack r1", "pack"), ("install r0", "install"), ("install r1", "install"),
+     ("status", "status"), ("rollback", "rollback")],
+)  # fmt: skip
+def test_each_ship_json_document_validates_against_its_schema(shipped: Shipped, step: str, schema: str) -> None:
+    ran = shipped.steps[step]
+    assert ran.returncode == 0, f"{step}: {ran.stderr}"
+    document = json.loads(ran.stdout)
+    jsonschema.validate(document, load_schema(schema))
+    assert document["schema"] == f"edgekit.{schema}" and document["version"] == schema_version(schema)
 
 
 def test_the_installed_unit_passes_systemd_analyze_verify(shipped: Shipped, tmp_path: Path) -> None:

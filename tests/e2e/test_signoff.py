@@ -163,7 +163,7 @@ TWO_BACKENDS = TINY_RECIPE.replace("[validation]", '[[targets]]\nbackend = "open
 
 
 def test_a_flipped_byte_in_cached_artifacts_is_caught_rebuilt_and_the_bundle_verifies(
-    tiny_model: Path, e2e_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
+    tiny_model: Path, e2e_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = make_project(tmp_path / "project", tiny_model, TWO_BACKENDS)
     first = edgekit(project, e2e_cache_root, llama_cpp_dir, "build", "recipe.toml", "--out", str(tmp_path / "a"))
@@ -172,6 +172,7 @@ def test_a_flipped_byte_in_cached_artifacts_is_caught_rebuilt_and_the_bundle_ver
 
     # A private cache holding copies (not links) of exactly this build's entries.
     private = tmp_path / "cache"
+    monkeypatch.setenv("EDGEKIT_LLAMA_CPP_DIR", str(llama_cpp_dir))  # the converter the builds use: their keys
     plan = plan_of(load_recipe(project / "recipe.toml"), StageCache(e2e_cache_root))
     for task in plan.tasks:
         shutil.copytree(e2e_cache_root / task.stage / task.key, private / task.stage / task.key)

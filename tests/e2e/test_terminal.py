@@ -29,7 +29,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # and its step, a bar, a count, the time), rich's log lines, warnings that matter, the verdict table,
 # the final line.
 OWN_LINES = (
-    re.compile(r"^\S?\s*(fetch|convert|quantize|reference|validate|bench|bundle)\s\s?\S.*\d+:\d\d:\d\d$"),
+    re.compile(r"^\S?\s*(fetch|convert|quantize|reference|validate|smoke|bench|bundle)\s\s?\S.*\d+:\d\d:\d\d$"),
     re.compile(r"^\[\d\d:\d\d:\d\d\] (plan: \d+ tasks|\S.*: reused from the cache)"),
     re.compile(r"^warning: \S"),
     re.compile(r"^(accuracy sign-off|[┏┃┡│└].*)$"),

@@ -129,7 +129,6 @@ def _nncf_like_ir() -> object:
 
 
 def test_openvino_histogram_reads_precisions_groups_and_tied_embeddings() -> None:
-    pytest.importorskip("openvino")
     from edgekit.backends.openvino.ir import read_weights, summarise
 
     weights = read_weights(_nncf_like_ir())
@@ -146,7 +145,7 @@ def test_openvino_histogram_reads_precisions_groups_and_tied_embeddings() -> Non
 
 
 def test_onnx_histogram_reads_quantized_and_float_weights() -> None:
-    onnx = pytest.importorskip("onnx")
+    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     from edgekit.backends.onnxruntime.graph import graph_summary

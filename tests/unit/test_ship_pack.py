@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import pytest
 from cli_in_process import run_cli
 from test_integrity import make_bundle
 
+from edgekit.cli.common import load_schema
 from edgekit.manifest import SIGNATURE
 from edgekit.ship.keys import generate_keypair
 from edgekit.ship.pack import pack_bundle
@@ -195,3 +197,53 @@ def test_install_reads_a_zstd_pack_from_stdin_and_needs_a_trust_policy(
     assert ran.returncode == 0, ran.stderr
     result = json.loads(ran.stdout)
     assert result["release"] == 2 and result["previous"]["release"] == 1 and result["pack_sha256"] == zstd.sha256
+
+
+def test_pack_install_status_and_rollback_documents_validate_against_their_schemas(
+    fleet: Fleet, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    trust = ("--root", str(fleet.root), "--trusted-key", str(fleet.public), "--json")
+    runs = {
+        "pack": cli("pack", str(fleet.bundle), "-o", str(tmp_path / "again.edgekit"), "--json"),
+        "install": cli("install", str(fleet.pack), *trust),
+        "install again": cli("install", str(fleet.pack), *trust),  # already current: nothing changes
+        "status": cli("status", "--verify", *trust),
+        "rollback": cli("rollback", *trust),
+    }
+    documents = {}
+    for step, ran in runs.items():
+        assert ran.returncode == 0, f"{step}: {ran.stderr}"
+        name = step.split()[0]
+        documents[step] = document = json.loads(ran.stdout)
+        jsonschema.validate(document, load_schema(name))
+        assert document["schema"] == f"edgekit.{name}" and document["version"] == 1
+    assert documents["install"]["changed"] and not documents["install again"]["changed"]
+    assert [s["verification"]["state"] for s in documents["status"]["slots"]] == ["ok", "ok"]
+    assert documents["rollback"]["release"] == 1 and documents["rollback"]["previous"]["release"] == 2
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "error"),
+    [
+        (
+            "install",
+            ["{root}/no-such.edgekit", "--root", "{root}/box", "--trusted-key", "{key}"],
+            "cannot read the pack",
+        ),
+        ("status", ["--root", "{root}"], "is not an edgekit install root"),
+        ("rollback", ["--root", "{root}", "--trusted-key", "{key}"], "is not an edgekit install root"),
+        ("pack", ["{root}"], "no edgekit bundle at"),
+    ],
+)
+def test_a_failure_under_json_is_an_error_document(
+    command: str, args: list[str], error: str, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    key = tmp_path / "k.pub"
+    generate_keypair(tmp_path / "k.key", key)
+    ran = cli(command, *(a.format(root=tmp_path, key=key) for a in args), "--json")
+    assert ran.returncode == 2 and error in ran.stderr, ran.stderr
+    document = json.loads(ran.stdout)
+    jsonschema.validate(document, load_schema("error"))
+    assert (
+        document["command"] == command and document["error"]["exit_code"] == 2 and error in document["error"]["message"]
+    )

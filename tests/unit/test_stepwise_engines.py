@@ -14,6 +14,7 @@ from edgekit.errors import UsageError
 from edgekit.runtime.config import RuntimeConfig, render_runtime_toml
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.engines.hf_files import HFFiles, token_bytes_table
+from edgekit.runtime.engines.prefix import Reuse
 from edgekit.runtime.engines.stepwise import StepwiseEngine
 
 VOCAB = 11
@@ -24,10 +25,14 @@ class ToyEngine(StepwiseEngine):
 
     backend = "toy"
 
-    def __init__(self, n_batch: int, first_chunk: int = 0, max_sequences: int = 2, n_ctx: int = 64) -> None:
+    prefix_reuse = True
+
+    def __init__(
+        self, n_batch: int, first_chunk: int = 0, max_sequences: int = 2, n_ctx: int = 64, prefix_cache: int = 0
+    ) -> None:
         self.first_chunk = first_chunk
         self.n_vocab = VOCAB
-        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
         self.calls: list[tuple[int, int]] = []  # (position, tokens) per run
 
     def _new_slot(self) -> list[int]:
@@ -35,6 +40,15 @@ class ToyEngine(StepwiseEngine):
 
     def _reset(self, slot: list[int]) -> None:
         slot.clear()
+
+    def _truncate(self, slot: list[int], n: int) -> None:
+        del slot[n:]
+
+    def _snapshot(self, slot: list[int]) -> list[int]:
+        return list(slot)
+
+    def _restore(self, slot: list[int], state: list[int]) -> None:
+        slot[:] = state
 
     def _run(self, slot: list[int], ids: Sequence[int], pos: int) -> np.ndarray:
         assert pos == len(slot), "fed at the wrong position"
@@ -97,6 +111,61 @@ def test_limits_are_usage_errors() -> None:
         ToyEngine(n_batch=4, max_sequences=5)
 
 
+def served(engine: ToyEngine, seq: int, prompt: list[int], n: int, budget: int = 4) -> tuple[Reuse, list[int]]:
+    """One request as `serve` runs it: admit, advance until n tokens, finish."""
+    reuse = engine.admit(seq, prompt, Sampling())
+    out: list[int] = []
+    while len(out) < n:
+        out += [token for s, token in engine.advance(budget).items() if s == seq]
+    engine.finish(seq)
+    return reuse, out
+
+
+def cold_tokens(prompt: list[int], n: int) -> list[int]:
+    engine = ToyEngine(n_batch=4, first_chunk=1)
+    return [engine.start(0, prompt, Sampling())] + [engine.step()[0] for _ in range(n - 1)]
+
+
+def test_served_prompts_reuse_the_longest_prefix_a_slot_holds_and_give_the_cold_tokens() -> None:
+    engine = ToyEngine(n_batch=4, first_chunk=1)
+    system = [3, 1, 4, 1, 5, 9, 2, 6]
+    first, second = [*system, 5, 3], [*system, 8, 9, 7]
+    assert served(engine, 1, first, 3) == (Reuse(0, ""), cold_tokens(first, 3))
+    assert engine.pick_slot([0, 1], second) == 1  # the slot holding the system prompt
+    assert served(engine, 1, second, 3) == (Reuse(len(system), "slot"), cold_tokens(second, 3))
+    engine.calls.clear()
+    # the same prompt again: all but its last token, whose logits give the first token
+    assert served(engine, 1, second, 3) == (Reuse(len(second) - 1, "slot"), cold_tokens(second, 3))
+    assert engine.calls[0] == (len(second) - 1, 1)
+    # a cold start() ignores what the slot held, and after it the slot holds nothing to reuse
+    assert engine.start(1, second, Sampling()) == cold_tokens(second, 1)[0]
+    engine.finish(1)
+    assert served(engine, 1, second, 1)[0] == Reuse(0, "")
+
+
+def test_a_repurposed_slot_lends_its_prefix_to_the_store_and_gets_a_better_one_back() -> None:
+    engine = ToyEngine(n_batch=16, max_sequences=1, n_ctx=128, prefix_cache=1)
+    one, two = list(range(1, 41)), [7] * 40  # two system prompts, one slot
+    assert served(engine, 0, [*one, 1], 2)[0] == Reuse(0, "")
+    assert served(engine, 0, [*two, 2], 2)[0] == Reuse(0, "")  # `one` moved to the store
+    reuse, tokens = served(engine, 0, [*one, 3], 2)
+    assert reuse == Reuse(len(one), "store") and tokens == cold_tokens([*one, 3], 2)
+    assert engine.prefix_entries == 1  # `two` took its place (capacity 1)
+    assert served(engine, 0, [*two, 4], 2)[0] == Reuse(len(two), "store")
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_between_the_decode_steps_of_running_sequences() -> None:
+    engine = ToyEngine(n_batch=8)
+    engine.admit(0, [1, 2], Sampling())
+    assert list(engine.advance(4)) == [0]
+    long_prompt = list(range(1, 21))
+    engine.admit(1, long_prompt, Sampling())
+    produced = [sorted(engine.advance(4)) for _ in range(5)]
+    assert produced == [[0], [0], [0], [0], [0, 1]]  # sequence 0 advanced at every step of the 5 chunks
+    assert engine.calls[1:] == [(2, 1), (0, 4), (3, 1), (4, 4), (4, 1), (8, 4), (5, 1), (12, 4), (6, 1), (16, 4)]
+    assert engine.step()[1] == cold_tokens(long_prompt, 2)[1]
+
+
 def test_side_files_give_eos_bos_and_the_chat_template(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7], "bos_token_id": 1}))
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 2}))
@@ -152,8 +221,6 @@ def test_engine_settings_are_optional_runtime_config_keys() -> None:
 
 
 def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
-    pytest.importorskip("openvino")
-    pytest.importorskip("onnxruntime")
     import onnxruntime as ort
 
     from edgekit.backends.onnxruntime.engine import session_options

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.backends.gguf.serving import PREFIX_CACHE, ServingMixin
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
 from edgekit.runtime.engines.sampling import new_rng, sample
@@ -92,7 +93,7 @@ class _Sequence:
     rng: np.random.Generator
 
 
-class GGUFEngine(VocabularyMixin):
+class GGUFEngine(ServingMixin, VocabularyMixin):
     backend = "gguf"
 
     def __init__(
@@ -107,6 +108,7 @@ class GGUFEngine(VocabularyMixin):
         use_mmap: bool = True,
         use_mlock: bool = False,
         numa: str = "none",
+        prefix_cache: int = PREFIX_CACHE,
     ) -> None:
         if not 1 <= max_sequences <= MAX_SEQUENCES:
             raise UsageError(f"max_sequences is {max_sequences}", f"use 1 to {MAX_SEQUENCES}")
@@ -114,6 +116,7 @@ class GGUFEngine(VocabularyMixin):
         self.path = Path(path)
         self.max_sequences = max_sequences
         self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
+        self._prefix_capacity = prefix_cache
         self._model = self._ctx = self._batch = None
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
@@ -165,6 +168,7 @@ class GGUFEngine(VocabularyMixin):
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._threads_now = (self.n_threads, self.n_threads_batch)
         self._seqs: dict[int, _Sequence] = {}
+        self._init_serving(self._prefix_capacity)
 
     # --- the Engine protocol --------------------------------------------------------------------
 
@@ -194,12 +198,13 @@ class GGUFEngine(VocabularyMixin):
         return bytes(out)
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
-        if self._seqs:
+        if self._seqs or self._prefills:
             raise UsageError("logits() needs an idle engine", "finish every active sequence first")
         ids = list(ids)
         if not 0 < len(ids) <= self.n_ctx:
             raise UsageError(f"logits() of {len(ids)} tokens", f"pass 1 to {self.n_ctx} tokens (n_ctx)")
         self._set_threads(self.n_threads, self.n_threads_batch)
+        self._clear_slot(0)
         out = np.empty((len(ids), self.n_vocab), dtype=np.float32)
         try:
             for start in range(0, len(ids), self.n_batch):
@@ -215,7 +220,7 @@ class GGUFEngine(VocabularyMixin):
     def start(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> int:
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs, self.n_ctx)
         self._set_threads(self.n_threads, self.n_threads_batch)
-        self._llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        self._clear_slot(seq)
         try:
             for begin in range(0, len(ids), self.n_batch):
                 chunk = ids[begin : begin + self.n_batch]
@@ -255,7 +260,8 @@ class GGUFEngine(VocabularyMixin):
         return out
 
     def finish(self, seq: int) -> None:
-        if self._seqs.pop(seq, None) is not None and self._memory is not None:
+        kept = self._end_serving(seq)  # a served sequence's cells stay for prefix reuse
+        if self._seqs.pop(seq, None) is not None and self._memory is not None and not kept:
             self._llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
 
     def close(self) -> None:
@@ -292,6 +298,14 @@ class GGUFEngine(VocabularyMixin):
         self._set_threads(n_threads, n_threads_batch)
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _clear_slot(self, seq: int) -> None:
+        """A cold start: no cells of an earlier sequence in `seq`'s stream."""
+        self._llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        self._prefix.forget(seq)
+
+    def _begin_sequence(self, seq: int, pos: int, last: int, sampling: Sampling, rng: np.random.Generator) -> None:
+        self._seqs[seq] = _Sequence(pos=pos, last=last, sampling=sampling, rng=rng)
 
     def _set_threads(self, n_threads: int, n_threads_batch: int) -> None:
         if self._threads_now != (n_threads, n_threads_batch):
@@ -335,4 +349,5 @@ def open_engine(artifact: Path, bundle: Path | None, config: Any) -> GGUFEngine:
         use_mmap=config.use_mmap,
         use_mlock=config.use_mlock,
         numa=config.numa,
+        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
     )

@@ -30,7 +30,7 @@ from tokenizers import Tokenizer
 
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.hf_files import HFFiles, token_bytes_table
-from edgekit.runtime.engines.stepwise import StepwiseEngine
+from edgekit.runtime.engines.stepwise import PREFIX_CACHE, StepwiseEngine
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -80,6 +80,7 @@ class _Past:
 class ONNXRuntimeEngine(StepwiseEngine):
     backend = "onnxruntime"
     first_chunk = 1
+    prefix_reuse = True
 
     def __init__(
         self,
@@ -93,9 +94,10 @@ class ONNXRuntimeEngine(StepwiseEngine):
         execution_mode: str | None = None,
         memory_arena: bool | None = None,
         env_allocators: bool | None = None,
+        prefix_cache: int = PREFIX_CACHE,
     ) -> None:
         self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE), "ONNX")
-        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
         self._options = {
             "inter_op_threads": inter_op_threads,
             "execution_mode": execution_mode,
@@ -178,6 +180,20 @@ class ONNXRuntimeEngine(StepwiseEngine):
         slot.arrays = dict(zip(self._past_names, results[1:], strict=True))
         return results[0][0]
 
+    # --- prefix reuse: past arrays are never written in place, so a cut is a view and a copy is a reference --
+
+    def _truncate(self, slot: _Past, n: int) -> None:
+        if n == 0 or slot.arrays is None:
+            slot.arrays = None
+            return
+        slot.arrays = {name: past[:, :, :n, :] for name, past in slot.arrays.items()}
+
+    def _snapshot(self, slot: _Past) -> dict[str, np.ndarray] | None:
+        return slot.arrays
+
+    def _restore(self, slot: _Past, state: dict[str, np.ndarray] | None) -> None:
+        slot.arrays = state
+
     # --- tokens -----------------------------------------------------------------------------------
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
@@ -226,4 +242,5 @@ def open_engine(artifact: Path, bundle: Path | None, config: Any) -> ONNXRuntime
         execution_mode=getattr(config, "execution_mode", None),
         memory_arena=getattr(config, "memory_arena", None),
         env_allocators=getattr(config, "env_allocators", None),
+        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
     )

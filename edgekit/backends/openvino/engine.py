@@ -33,7 +33,7 @@ import openvino_tokenizers  # noqa: F401  (registers the tokenizer operations wi
 
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.hf_files import HFFiles
-from edgekit.runtime.engines.stepwise import StepwiseEngine
+from edgekit.runtime.engines.stepwise import PREFIX_CACHE, StepwiseEngine
 
 MODEL_FILE = "openvino_model.xml"
 TOKENIZER_FILE = "openvino_tokenizer.xml"
@@ -66,6 +66,7 @@ def compile_properties(
 
 class OpenVINOEngine(StepwiseEngine):
     backend = "openvino"
+    prefix_reuse = True
 
     def __init__(
         self,
@@ -80,9 +81,10 @@ class OpenVINOEngine(StepwiseEngine):
         cpu_pinning: bool | None = None,
         scheduling_core_type: str | None = None,
         inference_precision: str | None = None,
+        prefix_cache: int = PREFIX_CACHE,
     ) -> None:
         self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE, DETOKENIZER_FILE), "OpenVINO")
-        self._init_sequences(max_sequences, n_ctx, n_batch)
+        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
         self._options = {
             "num_streams": num_streams,
             "cpu_pinning": cpu_pinning,
@@ -165,6 +167,23 @@ class OpenVINOEngine(StepwiseEngine):
         )
         return slot.get_tensor("logits").data[0]
 
+    # --- prefix reuse: the model state, read and written along its time axis ([batch, heads, time, dim]) ---
+
+    def _truncate(self, slot: Any, n: int) -> None:
+        if n == 0:
+            slot.reset_state()
+            return
+        for state in slot.query_state():
+            kept = state.state.data[:, :, :n, :]
+            state.state = ov.Tensor(np.ascontiguousarray(kept))
+
+    def _snapshot(self, slot: Any) -> dict[str, np.ndarray]:
+        return {state.name: state.state.data.copy() for state in slot.query_state()}
+
+    def _restore(self, slot: Any, saved: dict[str, np.ndarray]) -> None:
+        for state in slot.query_state():
+            state.state = ov.Tensor(saved[state.name])
+
     # --- tokens -----------------------------------------------------------------------------------
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
@@ -234,4 +253,5 @@ def open_engine(artifact: Path, bundle: Path | None, config: Any) -> OpenVINOEng
         cpu_pinning=getattr(config, "cpu_pinning", None),
         scheduling_core_type=getattr(config, "scheduling_core_type", None),
         inference_precision=getattr(config, "inference_precision", None),
+        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
     )

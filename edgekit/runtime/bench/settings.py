@@ -47,7 +47,7 @@ class BenchSettings:
     @classmethod
     def from_options(cls, options: BenchOptions, **run: Any) -> BenchSettings:
         """The settings of a run: what the options say, and `run` (n_ctx, n_batch, cpus…)."""
-        values = options.model_dump(exclude={"enabled"})
+        values = options.model_dump(exclude={"enabled", "boxes"})
         values["threads"] = None if values["threads"] == "auto" else tuple(values["threads"])
         values["concurrency"] = tuple(sorted(set(values["concurrency"])))
         return cls(**{**values, **run})

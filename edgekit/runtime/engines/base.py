@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from edgekit.errors import UsageError
+from edgekit.runtime.engines.prefix import Reuse
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,27 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ServingEngine(Engine, Protocol):
+    """What `serve`'s scheduler uses when an engine has it: prompts prefilled in chunks interleaved with the
+    decode steps of running sequences, and the KV state of prompt prefixes reused (`edgekit.runtime.engines.
+    prefix`). An engine without these is served through `start` (whole prompt at once) and `step`."""
+
+    def pick_slot(self, free: Sequence[int], prompt_ids: Sequence[int]) -> int:
+        """The free sequence id whose KV state serves `prompt_ids` best."""
+        ...
+
+    def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
+        """Make `seq` a sequence to prefill (reusing what its slot holds); nothing is computed yet."""
+        ...
+
+    def advance(self, prompt_budget: int) -> dict[int, int]:
+        """One decode step of every generating sequence, with up to `prompt_budget` prompt tokens of the
+        admitted ones; the new token of each sequence that produced one (a prompt's first token once its
+        last chunk is in)."""
+        ...
 
 
 class VocabularyMixin:

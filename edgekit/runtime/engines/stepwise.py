@@ -19,8 +19,10 @@ from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
 from edgekit.runtime.engines.hf_files import HFFiles
 from edgekit.runtime.engines.sampling import new_rng, sample
+from edgekit.runtime.engines.stepwise_serving import StepwiseServing
 
 MAX_SEQUENCES = 4
+PREFIX_CACHE = 8  # prefixes kept in host memory beyond the slots (runtime.toml `prefix_cache`)
 
 
 @dataclass
@@ -32,7 +34,7 @@ class _Sequence:
     rng: np.random.Generator
 
 
-class StepwiseEngine(VocabularyMixin):
+class StepwiseEngine(StepwiseServing, VocabularyMixin):
     """Subclasses set the sizes below and implement `_new_slot`, `_reset` and `_run`, and `detokenize`."""
 
     backend: str
@@ -53,13 +55,14 @@ class StepwiseEngine(VocabularyMixin):
                     "rebuild the bundle, or run `edgekit verify` on it",
                 )
 
-    def _init_sequences(self, max_sequences: int, n_ctx: int, n_batch: int) -> None:
+    def _init_sequences(self, max_sequences: int, n_ctx: int, n_batch: int, prefix_cache: int = PREFIX_CACHE) -> None:
         if not 1 <= max_sequences <= MAX_SEQUENCES:
             raise UsageError(f"max_sequences is {max_sequences}", f"use 1 to {MAX_SEQUENCES}")
         self.max_sequences, self.n_ctx, self.n_batch = max_sequences, n_ctx, max(1, n_batch)
         self._seqs: dict[int, _Sequence] = {}
         self._free: list[Any] = []
         self._scratch: Any = None
+        self._init_serving(prefix_cache)
 
     def _read_vocabulary(
         self,
@@ -101,6 +104,7 @@ class StepwiseEngine(VocabularyMixin):
         """Forget every slot (after the model was recompiled); active sequences must be finished first."""
         self._free.clear()
         self._scratch = None
+        self._init_serving(self._prefix.capacity)
 
     # --- the Engine protocol ----------------------------------------------------------------------
 
@@ -120,7 +124,9 @@ class StepwiseEngine(VocabularyMixin):
 
     def start(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> int:
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs, self.n_ctx)
-        slot = self._free.pop() if self._free else self._new_slot()
+        slot = self._unbind(seq)  # a cold start: whatever the slot held for reuse is dropped
+        if slot is None:
+            slot = self._free.pop() if self._free else self._new_slot()
         try:
             last = None
             for begin, end in self._chunks(len(ids)):
@@ -152,9 +158,17 @@ class StepwiseEngine(VocabularyMixin):
 
     def finish(self, seq: int) -> None:
         state = self._seqs.pop(seq, None)
-        if state is not None:
+        if self._keeps(seq):  # a served sequence: its state stays for prefix reuse
+            return
+        slot = self._unbind(seq)
+        if slot is None and state is not None:
             self._reset(state.slot)
-            self._free.append(state.slot)
+            slot = state.slot
+        if slot is not None:
+            self._free.append(slot)
+
+    def _begin_sequence(self, seq: int, slot: Any, pos: int, last: int, sampling: Sampling, rng: Any) -> None:
+        self._seqs[seq] = _Sequence(slot=slot, pos=pos, last=last, sampling=sampling, rng=rng)
 
     @property
     def active(self) -> list[int]:

@@ -27,13 +27,13 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtime.engines import Sampling
 from edgekit.runtime.loader import BundleInfo, LoadedBundle, load
-from edgekit.runtime.serve.metrics import ServeMetrics
+from edgekit.runtime.serve.metrics import CONTENT_TYPE, ServeMetrics
 from edgekit.runtime.serve.scheduler import QueueFull, Request, Scheduler, ShuttingDown
 from edgekit.runtime.text import prompt
 
@@ -77,7 +77,10 @@ class ServeState:
     def _load(self) -> None:
         try:
             loaded = load(self.info, warm_up=True)
-            scheduler = Scheduler(loaded.engine, max_queue=loaded.config.max_queue, metrics=self.metrics)
+            config = loaded.config
+            scheduler = Scheduler(
+                loaded.engine, max_queue=config.max_queue, metrics=self.metrics, prefill_chunk=config.prefill_chunk
+            )
             scheduler.start()
             self.loaded, self.scheduler = loaded, scheduler
             self.metrics.ready.set(1)
@@ -115,7 +118,7 @@ def create_app(state: ServeState) -> Starlette:
         )
 
     async def metrics(request: HTTPRequest) -> Response:
-        return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
     async def models(request: HTTPRequest) -> Response:
         entry = {"id": state.info.model_name, "object": "model", "created": 0, "owned_by": "edgekit"}
@@ -154,7 +157,7 @@ async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Resp
         try:
             state.scheduler.submit(request)
         except QueueFull:
-            state.metrics.rejected.inc(reason="queue_full")
+            state.metrics.rejected.labels(reason="queue_full").inc()
             raise ApiError(
                 429,
                 f"the request queue is full ({state.scheduler.max_queue} waiting); retry shortly",
@@ -164,12 +167,12 @@ async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Resp
         except ShuttingDown:
             raise ApiError(503, "the server is shutting down", "shutting_down") from None
     except ApiError as exc:
-        state.metrics.requests.inc(endpoint=endpoint, status=str(exc.status))
+        state.metrics.requests.labels(endpoint=endpoint, status=str(exc.status)).inc()
         return exc.response()
     except ClientGone:
-        state.metrics.requests.inc(endpoint=endpoint, status="499")
+        state.metrics.requests.labels(endpoint=endpoint, status="499").inc()
         return Response(status_code=499)
-    state.metrics.requests.inc(endpoint=endpoint, status="200")
+    state.metrics.requests.labels(endpoint=endpoint, status="200").inc()
     meta = {
         "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24],
         "created": int(time.time()),
@@ -250,7 +253,7 @@ def _parse(
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ApiError(400, f"`max_tokens` must be a positive integer (got {max_tokens!r})", "invalid_request_error")
     if len(ids) + max_tokens > limit:
-        state.metrics.rejected.inc(reason="too_many_tokens")
+        state.metrics.rejected.labels(reason="too_many_tokens").inc()
         raise ApiError(
             400,
             f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) is more than this server's limit of {limit} "

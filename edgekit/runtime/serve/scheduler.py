@@ -1,10 +1,17 @@
 """Continuous batching for `serve`: one thread owns the engine and keeps up to max_sequences running.
 
-Each loop: drop sequences whose client went away, start waiting requests in free slots (prefill),
-then advance every active sequence by one token in one batched `engine.step()`. A request that
-finishes frees its slot at once, and the next waiting request starts at the next loop — requests
-never wait for a whole batch to finish. The waiting queue is bounded: `submit` refuses when it is
-full, and the server answers 429.
+Each loop: drop sequences whose client went away, admit waiting requests into free slots, then run one
+`engine.advance()`: a decode step of every generating sequence, batched with the next chunk of the
+admitted prompts. While other sequences are generating, a prompt is fed `prefill_chunk` tokens per step
+(runtime.toml), so a long prompt delays the running streams by one chunk per token instead of stopping
+them for its whole prefill; with nothing generating it is fed `n_batch` tokens at a time. A request goes
+to the free slot whose KV state already holds the longest prefix of its prompt (`pick_slot`): a repeated
+system prompt or chat history is not prefilled again. A request that finishes frees its slot at once, and
+the next waiting request starts at the next loop. The waiting queue is bounded: `submit` refuses when it
+is full, and the server answers 429.
+
+Engines without chunked prefill (a third-party backend with only `start`/`step`) are driven through
+`_WholePrompts`: each prompt is prefilled at once when admitted, as before.
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgekit.runtime.engines import Engine, Sampling
+from edgekit.runtime.engines.base import ServingEngine
+from edgekit.runtime.engines.prefix import Reuse
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.text.stream import TextStream
 
 log = logging.getLogger("edgekit.serve")
 _ids = itertools.count(1)
+UNLIMITED = 1 << 30
 
 
 class QueueFull(Exception):
@@ -47,6 +57,7 @@ class Request:
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
+    generating: bool = False  # its first token is out: the prompt is in the KV cache
     text: TextStream = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,10 +69,39 @@ class Request:
             self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
 
 
+class _WholePrompts:
+    """The ServingEngine calls over an engine that has only `start` and `step`: a prompt prefilled at once."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._first: dict[int, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def pick_slot(self, free: list[int], prompt_ids: list[int]) -> int:
+        return free[0]
+
+    def admit(self, seq: int, prompt_ids: list[int], sampling: Sampling) -> Reuse:
+        self._first[seq] = self._engine.start(seq, prompt_ids, sampling)
+        return Reuse(0, "")
+
+    def advance(self, prompt_budget: int) -> dict[int, int]:
+        if self._first:
+            first, self._first = self._first, {}
+            return first
+        return self._engine.step()
+
+    def finish(self, seq: int) -> None:
+        self._first.pop(seq, None)
+        self._engine.finish(seq)
+
+
 class Scheduler:
-    def __init__(self, engine: Engine, *, max_queue: int, metrics: ServeMetrics) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine, *, max_queue: int, metrics: ServeMetrics, prefill_chunk: int = 64) -> None:
+        self.engine: ServingEngine = engine if isinstance(engine, ServingEngine) else _WholePrompts(engine)
         self.max_queue = max_queue
+        self.prefill_chunk = prefill_chunk
         self.metrics = metrics
         self._waiting: collections.deque[Request] = collections.deque()
         self._slots: dict[int, Request] = {}
@@ -113,9 +153,9 @@ class Scheduler:
                 self._drop_cancelled()
                 admitted = self._admit()
             for slot, request in admitted:
-                self._start(slot, request)
+                self._admit_one(slot, request)
             if self._slots:
-                self._step()
+                self._advance()
         for slot, request in list(self._slots.items()):
             self._finish(slot, request, "error", "the server is shutting down")
         for request in self._waiting:
@@ -136,28 +176,35 @@ class Scheduler:
         admitted = []
         while free and self._waiting:
             request = self._waiting.popleft()
-            slot = free.pop(0)
+            slot = self.engine.pick_slot(free, request.prompt_ids)
+            free.remove(slot)
             self._slots[slot] = request
             admitted.append((slot, request))
         self.metrics.queue_depth.set(len(self._waiting))
         self.metrics.active.set(len(self._slots))
         return admitted
 
-    def _start(self, slot: int, request: Request) -> None:
+    def _admit_one(self, slot: int, request: Request) -> None:
         try:
-            token = self.engine.start(slot, request.prompt_ids, request.sampling)
+            reuse = self.engine.admit(slot, request.prompt_ids, request.sampling)
         except Exception as exc:  # a failing prompt must not take the server down
-            log.exception("prefill failed")
+            log.exception("admitting a prompt failed")
             self._finish(slot, request, "error", f"generation failed: {exc}")
             return
         self.metrics.prompt_tokens.inc(len(request.prompt_ids))
-        self.metrics.ttft.observe(time.perf_counter() - request.arrived)
-        self._accept(slot, request, token)
+        self.metrics.prefix_reused.inc(reuse.tokens)
+        if reuse.tokens:
+            self.metrics.prefix_hits.labels(source=reuse.source).inc()
+        else:
+            self.metrics.prefix_misses.inc()
+        self.metrics.prefix_entries.set(getattr(self.engine, "prefix_entries", 0))
 
-    def _step(self) -> None:
+    def _advance(self) -> None:
+        generating = any(r.generating for r in self._slots.values())
+        budget = self.prefill_chunk if generating else UNLIMITED  # the engine caps a batch at its n_batch
         started = time.perf_counter()
         try:
-            tokens = self.engine.step()
+            tokens = self.engine.advance(budget)
         except Exception as exc:
             log.exception("decode step failed")
             for slot, request in list(self._slots.items()):
@@ -167,8 +214,12 @@ class Scheduler:
         self.metrics.decode_steps.inc()
         for slot, token in tokens.items():
             request = self._slots.get(slot)
-            if request is not None:
-                self._accept(slot, request, token)
+            if request is None:
+                continue
+            if not request.generating:
+                request.generating = True
+                self.metrics.ttft.observe(time.perf_counter() - request.arrived)
+            self._accept(slot, request, token)
 
     def _accept(self, slot: int, request: Request, token: int) -> None:
         if request.cancelled.is_set():

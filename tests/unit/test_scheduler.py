@@ -1,0 +1,148 @@
+"""The serve scheduler on the tiny GGUF engine, without HTTP: chunked prefill keeps running streams moving,
+prefixes are reused and counted, and an engine with only start/step is still served. The order of events
+is what is checked (never how long anything took)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from _tiny_gguf import write_tiny_gguf
+
+from edgekit.backends.gguf.engine import GGUFEngine
+from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.serve.metrics import ServeMetrics
+from edgekit.runtime.serve.scheduler import Request, Scheduler
+
+CHUNK = 8
+
+
+class Recorded(Request):
+    """A request whose events also go, in the order the scheduler emits them, into a shared log."""
+
+    log: ClassVar[list[tuple[int, str]]] = []
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def emit(self, kind: str, value: Any) -> None:
+        with self.lock:
+            self.log.append((self.id, kind))
+        super().emit(kind, value)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture
+def engine(model: Path) -> Iterator[GGUFEngine]:
+    e = GGUFEngine(model, n_threads=1, n_threads_batch=1, n_ctx=512, n_batch=64, max_sequences=2)
+    yield e
+    e.close()
+
+
+async def drain(request: Request) -> list[str]:
+    kinds = []
+    while True:
+        kind, _ = await request.events.get()
+        kinds.append(kind)
+        if kind != "text":
+            return kinds
+
+
+def run(engine: Any, body: Any) -> Any:
+    async def main() -> Any:
+        metrics = ServeMetrics()
+        scheduler = Scheduler(engine, max_queue=4, metrics=metrics, prefill_chunk=CHUNK)
+        scheduler.start()
+        try:
+            return await body(scheduler, metrics, asyncio.get_running_loop())
+        finally:
+            scheduler.stop()
+
+    return asyncio.run(main())
+
+
+def new(engine: GGUFEngine, text: str, max_tokens: int, loop: asyncio.AbstractEventLoop) -> Recorded:
+    return Recorded(engine.tokenize(text), max_tokens, Sampling(), [], loop)
+
+
+def test_a_long_prompt_is_fed_in_chunks_while_a_stream_keeps_producing_tokens(engine: GGUFEngine) -> None:
+    async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> None:
+        stream = new(engine, "the cat sat on", 200, loop)
+        scheduler.submit(stream)
+        for _ in range(3):
+            assert (await stream.events.get())[0] == "text"
+        long = new(engine, "a long prompt about many things " * 8, 2, loop)
+        with Recorded.lock:
+            Recorded.log.append((long.id, "submitted"))
+        scheduler.submit(long)
+        await drain(long)
+        scheduler.cancel(stream)
+        after = Recorded.log[Recorded.log.index((long.id, "submitted")) :]
+        first = next(i for i, (rid, kind) in enumerate(after) if rid == long.id and kind != "submitted")
+        between = sum(rid == stream.id for rid, _ in after[:first])
+        chunks = -(-len(long.prompt_ids) // CHUNK)
+        assert between >= chunks - 1, (between, chunks)  # one stream token per chunk, none held back
+
+    run(engine, body)
+
+
+def test_a_repeated_prompt_reuses_its_prefix_and_counts_it(engine: GGUFEngine) -> None:
+    async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> list[list[str]]:
+        kinds = []
+        for _ in range(3):
+            request = new(engine, "the system prompt says hello " * 3, 4, loop)
+            scheduler.submit(request)
+            kinds.append(await drain(request))
+        prompt = len(request.prompt_ids)
+        assert metrics.value("edgekit_prefix_cache_hits_total", source="slot") == 2
+        assert metrics.value("edgekit_prefix_cache_misses_total") == 1
+        assert metrics.value("edgekit_prefix_cache_reused_tokens_total") == 2 * (prompt - 1)
+        assert metrics.value("edgekit_prompt_tokens_total") == 3 * prompt
+        return kinds
+
+    kinds = run(engine, body)
+    assert all(k[-1] == "done" for k in kinds)
+
+
+class StartStepOnly:
+    """An engine with only the base protocol (a third-party backend): prompts are prefilled whole."""
+
+    def __init__(self, engine: GGUFEngine) -> None:
+        self._engine = engine
+        self.backend, self.max_sequences = "toy", engine.max_sequences
+        self.eos_ids, self.chat_template = engine.eos_ids, engine.chat_template
+        self.started: list[int] = []
+
+    def start(self, seq: int, ids: list[int], sampling: Sampling) -> int:
+        self.started.append(len(ids))
+        return self._engine.start(seq, ids, sampling)
+
+    def step(self) -> dict[int, int]:
+        return self._engine.step()
+
+    def finish(self, seq: int) -> None:
+        self._engine.finish(seq)
+
+    def detokenize(self, ids: list[int]) -> bytes:
+        return self._engine.detokenize(ids)
+
+
+def test_an_engine_with_only_start_and_step_is_still_served(engine: GGUFEngine) -> None:
+    plain = StartStepOnly(engine)
+
+    async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> None:
+        requests = [new(engine, text, 5, loop) for text in ("one prompt", "another prompt " * 10)]
+        for request in requests:
+            scheduler.submit(request)
+        results = [await drain(r) for r in requests]
+        assert all(r[-1] == "done" for r in results)
+        assert sorted(plain.started) == sorted(len(r.prompt_ids) for r in requests)  # whole, not chunked
+        assert metrics.value("edgekit_prefix_cache_misses_total") == 2
+
+    run(plain, body)
