@@ -223,3 +223,23 @@ def test_a_box_the_cluster_lacks_fails_at_planning_time(cluster: Cluster, tiny_m
     assert code == 2, log
     assert "missing" in log and "boxes offered: gateway-a, gateway-b" in log
     assert time.monotonic() - started < 60 and "started on" not in log  # before any task, not after a timeout
+
+
+def test_a_ladder_runs_its_candidates_on_the_cluster(cluster: Cluster, tiny_model: Path, llama_tools: Path,
+                                                     tmp_path: Path) -> None:  # fmt: skip
+    """scheme = "auto" on Ray: each candidate (the matrix candidate's imatrix too) is a Ray task; a gate no
+    candidate can meet makes the ladder run every rung and keep the closest."""
+    body = ('\n[[targets]]\nbackend = "gguf"\nscheme = "auto"\nrequired = false\nladder = ["Q8_0", { scheme = '
+            '"Q4_K_M", options = { imatrix = true, imatrix_chunks = 2, imatrix_context = 128 } }]\n'
+            "[targets.gates]\nkld_mean_max = 1e-9\n")  # fmt: skip
+    project = make_project(
+        tmp_path / "p", tiny_model, recipe("tiny-ladder", body, VALIDATION + "\n[bench]\nenabled = false\n")
+    )
+    code, log = finished(edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address))
+    assert code == 0, log[-3000:]
+    starts = started_lines(log)
+    assert {"quantize gguf-auto.Q8_0", "quantize gguf-auto.Q4_K_M-imatrix"} <= set(starts), starts
+    assert any(s.startswith("imatrix ") for s in starts) and sum(s.startswith("validate") for s in starts) == 2, starts
+    (ladder,) = json.loads((project / "dist" / "tiny-ladder" / "report.json").read_text())["ladders"]
+    assert not ladder["passed"] and [c["verdict"] for c in ladder["candidates"]] == ["fail", "fail"]
+    verify_bundle(project / "dist" / "tiny-ladder")
