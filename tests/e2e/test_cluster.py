@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tiny_project import TINY_BENCH as BENCH
 from tiny_project import build_env, make_project
 
 import edgekit
@@ -31,18 +32,6 @@ from edgekit.manifest import verify_bundle
 
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"  # loopback addresses: each node has its own, traffic stays local
 OBJECT_STORE = str(200 * 2**20)
-BENCH = """
-[bench]
-prompt_tokens = 16
-gen_tokens = 8
-runs = 1
-threads = [1]
-concurrency = [1]
-baseline = false
-loads = false
-bandwidth_mib = 16
-warmup_tokens = 0
-"""
 VALIDATION = """
 [validation]
 max_tokens = 512

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_project import TINY_BENCH
 
 from edgekit.cache import StageCache
 from edgekit.pipeline import BuildResult, build
@@ -216,18 +217,7 @@ ladder = ["Q4_K_M", "Q8_0", "F16"]
 objective = "fastest"
 [targets.gates]
 kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
-{GATES}{VALIDATION}
-[bench]
-prompt_tokens = 16
-gen_tokens = 8
-runs = 1
-threads = [1]
-concurrency = [1]
-baseline = false
-bandwidth_mib = 16
-loads = false
-warmup_tokens = 0
-"""
+{GATES}{VALIDATION}{TINY_BENCH}"""
     result = _build(tmp_path / "project", sharp_model, recipe, e2e_cache_root)
     report = json.loads((result.bundle / "report.json").read_text())
     (ladder,) = report["ladders"]
