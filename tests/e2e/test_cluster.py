@@ -227,8 +227,9 @@ def test_a_ladder_runs_its_candidates_on_the_cluster(cluster: Cluster, tiny_mode
     code, log = finished(edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address))
     assert code == 0, log[-3000:]
     starts = started_lines(log)
-    assert {"quantize gguf-auto.Q8_0", "quantize gguf-auto.Q4_K_M-imatrix"} <= set(starts), starts
-    assert any(s.startswith("imatrix ") for s in starts) and sum(s.startswith("validate") for s in starts) == 2, starts
+    for what in ("quantize gguf-auto.Q8_0", "quantize gguf-auto.Q4_K_M-imatrix", "imatrix 2×128", "validate"):
+        assert sum(s.startswith(what) for s in starts) == (2 if what == "validate" else 1), (what, starts)
     (ladder,) = json.loads((project / "dist" / "tiny-ladder" / "report.json").read_text())["ladders"]
-    assert not ladder["passed"] and [c["verdict"] for c in ladder["candidates"]] == ["fail", "fail"]
+    verdicts = [c["verdict"] for c in ladder["candidates"]]  # built and judged, none passing (Q8_0 may be inconclusive)
+    assert not ladder["passed"] and len(verdicts) == 2 and not {"pass", "not built"} & set(verdicts), verdicts
     verify_bundle(project / "dist" / "tiny-ladder")
