@@ -151,14 +151,17 @@ def _build_extra(backend: str) -> str:
 
 
 def llama_cpp_tools(root: Path | None = None) -> dict[str, Path | None]:
-    """llama.cpp's own tools built into the toolchain cache, by name (None when absent).
+    """llama.cpp's own tools built into the toolchain cache (`edgekit toolchain --tools`) for the installed
+    llama-cpp-python, by name (None when absent)."""
+    from edgekit.errors import EdgekitError
+    from edgekit.toolchain import llama_cpp_python_version, toolchain_root
+    from edgekit.toolchain.sdist import version_dir
 
-    The one place that looks for them: point it at edgekit.toolchain's lookup when `edgekit toolchain --tools`
-    (which builds them there) lands.
-    """
-    from edgekit.toolchain import toolchain_root
-
-    root = root or toolchain_root()
+    if root is None:
+        try:
+            root = version_dir(llama_cpp_python_version(), "tools")
+        except EdgekitError:
+            root = toolchain_root()
     found: dict[str, Path | None] = {}
     for name in LLAMA_TOOLS:
         hits = sorted(p for p in root.rglob(name) if p.is_file() and os.access(p, os.X_OK)) if root.is_dir() else []

@@ -186,11 +186,11 @@ class GateFailure(EdgekitError):
 
     exit_code = ExitCode.GATE_FAILED
 
-    def __init__(self, failed: list[str], bundle: Path | None) -> None:
+    def __init__(self, failed: list[str], bundle: Path | None, notes: list[str] | None = None) -> None:
         self.failed = failed
         where = f" (bundle with the report: {bundle})" if bundle else ""
         super().__init__(
-            f"accuracy gate failed for {', '.join(failed)}{where}",
+            f"accuracy gate failed for {', '.join(failed)}{where}" + "".join(f"\n  {n}" for n in notes or []),
             "read report.md for the failing metrics; choose a higher-precision scheme, relax "
             "[validation.gates] with reason, or set [bundle] exclude_failed = true",
         )

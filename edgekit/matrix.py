@@ -19,6 +19,7 @@ from typing import Protocol
 from edgekit.cache import StageCache
 from edgekit.errors import GateFailure, UsageError
 from edgekit.executors.base import Executor, TaskEvent, Tools
+from edgekit.executors.ladder import run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.memwatch import MemoryWatch
 from edgekit.pipeline import BuildResult, finish_plan
@@ -91,11 +92,13 @@ def build_matrix(
     executor = cluster.executor(tools, progress) if cluster is not None else LocalExecutor(tools, progress)
     with MemoryWatch() as watch:  # of this machine's processes: a cluster's remote tasks report their own
         entries = executor.run([t for plan in plans for t in plan.tasks])
+        laddered = [run_ladders(plan, executor, entries, progress) for plan in plans]  # auto targets settled
     tasks_seconds = time.time() - started
     results, failures = [], {}
-    for plan in plans:
+    for plan, ladders in laddered:
         try:
-            results.append(finish_plan(plan, entries, executor, progress, started, cache=cache, watch=watch))
+            results.append(finish_plan(plan, entries, executor, progress, started, cache=cache, watch=watch,
+                                       ladders=ladders))  # fmt: skip
         except GateFailure as failure:  # every artifact of this bundle excluded: the others still get theirs
             failures[plan.bundle.final] = failure
     matrix = MatrixResult(results, list(executor.events), time.time() - started, tasks_seconds, failures=failures)

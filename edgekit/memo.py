@@ -12,12 +12,20 @@ from edgekit.fsutil import write_bytes_atomic
 from edgekit.hashing import sha256_json
 
 
-def remembered(cache_root: Path, namespace: str, inputs: dict[str, Any], compute: Callable[[], Any]) -> Any:
+def remembered(
+    cache_root: Path,
+    namespace: str,
+    inputs: dict[str, Any],
+    compute: Callable[[], Any],
+    keep: Callable[[Any], bool] = lambda value: True,
+) -> Any:
+    """The answer for `inputs`: remembered, or computed now and remembered when `keep(answer)`."""
     path = cache_root / namespace / f"{sha256_json(inputs)}.json"
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         pass
     value = compute()
-    write_bytes_atomic(path, json.dumps(value).encode())
+    if keep(value):
+        write_bytes_atomic(path, json.dumps(value).encode())
     return value

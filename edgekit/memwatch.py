@@ -32,7 +32,7 @@ def process_memory(pid: int | str = "self") -> dict[str, int]:
     """Bytes of RssAnon, RssFile, RssShmem and VmData of one process (empty if it is gone)."""
     found: dict[str, int] = {}
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = Path(f"/proc/{pid}/status").read_text(errors="replace")  # Name: cut at 15 bytes, maybe mid-character
     except OSError:
         return found
     for line in text.splitlines():

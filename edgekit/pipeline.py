@@ -20,9 +20,11 @@ from edgekit import stagelog
 from edgekit.cache import CacheEntry, StageCache
 from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
 from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
+from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.fsutil import staging_dir
 from edgekit.gates import counts_as_failed, judge_artifact
+from edgekit.levers import lever_figures
 from edgekit.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
@@ -51,6 +53,7 @@ class BuildResult:
     reused: dict[str, bool] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
     repairs: list[dict[str, Any]] = field(default_factory=list)  # damaged cache entries dropped and rebuilt
+    ladders: dict[str, str] = field(default_factory=dict)  # per auto target: why its candidate was kept
 
 
 @dataclass
@@ -128,7 +131,9 @@ def build_plan(
     executor = executor or LocalExecutor(tools, progress)
     with MemoryWatch() as watch:
         entries = executor.run(plan.tasks)
-    return finish_plan(plan, entries, executor, progress, started, cache=cache, watch=watch, build_log=build_log)
+        plan, ladders = run_ladders(plan, executor, entries, progress)
+    return finish_plan(plan, entries, executor, progress, started, cache=cache, watch=watch, build_log=build_log,
+                       ladders=ladders)  # fmt: skip
 
 
 def finish_plan(
@@ -141,22 +146,25 @@ def finish_plan(
     cache: StageCache,
     watch: MemoryWatch | None = None,
     build_log: stagelog.Capture | None = None,
+    ladders: dict[str, LadderOutcome] | None = None,
 ) -> BuildResult:
     """The bundle of `plan` from its tasks' entries (the executor's events: what ran, of this plan and maybe
-    others); cache entries found damaged while bundling are rebuilt once."""
+    others); cache entries found damaged while bundling are rebuilt once. `plan` and `ladders` are as
+    `run_ladders` left them: the auto targets settled."""
+    ladders = ladders or {}
     task = plan.bundle
     repairs: list[dict[str, Any]] = []
     bundle_started = time.time()
     progress.stage_started(task.label)
     for attempt in (1, 2):
-        outcome = judge(task, entries)
+        outcome = judge(task, entries, ladders)
         if outcome.excluded and len(outcome.excluded) == len(task.targets):
             raise GateFailure(outcome.excluded, None)
         try:
             with progress.task(f"bundle  {task.final}"):
                 memory = memory_record(plan, entries, watch) if watch is not None else None
-                assemble(task, entries, outcome, repairs, memory,
-                         _log_folders(plan, entries), build_log.text() if build_log else None)  # fmt: skip
+                assemble(task, entries, outcome, Extras(repairs, memory, _log_folders(plan, entries),
+                         build_log.text() if build_log else None, ladders))  # fmt: skip
             break
         except CorruptCacheEntry as damaged:
             if attempt == 2:  # rebuilt entries differ again: the disk, not the cache
@@ -178,10 +186,12 @@ def finish_plan(
         skipped={t.name: t.reason for t in task.skipped},
         events=list(events),
         repairs=repairs,
+        ladders={name: ladder.reason for name, ladder in ladders.items()},
     )
 
 
-def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
+def judge(task: BundleTask, entries: dict[str, CacheEntry], ladders: dict[str, LadderOutcome] | None = None
+          ) -> Outcome:  # fmt: skip
     results: dict[str, dict[str, Any]] = {}
     for target in task.targets:
         if target.validate is None:
@@ -193,6 +203,10 @@ def judge(task: BundleTask, entries: dict[str, CacheEntry]) -> Outcome:
             **judge_artifact(measured, target.gates),
             "gates": target.gates.model_dump(),
         }
+        ladder = (ladders or {}).get(target.name)
+        if ladder is not None and not ladder.passed:  # none of the ladder passed: the target fails, whatever the
+            results[target.name]["verdict"] = "fail"  # closest candidate's own verdict
+            results[target.name]["reasons"] = [ladder.reason, *results[target.name].get("reasons", [])]
     verdicts = {name: r["verdict"] for name, r in results.items()}
     failed = [n for n, v in verdicts.items() if counts_as_failed(v, task.report.on_inconclusive)]
     required = {t.name for t in task.targets if t.required}
@@ -218,16 +232,20 @@ def _log_folders(plan: Plan, entries: dict[str, CacheEntry]) -> dict[str, Path]:
     return folders
 
 
-def assemble(
-    task: BundleTask,
-    entries: dict[str, CacheEntry],
-    outcome: Outcome,
-    repairs: list[dict[str, Any]] | None = None,
-    memory: dict[str, Any] | None = None,
-    logs: dict[str, Path] | None = None,
-    build_log: str | None = None,
-) -> None:
+@dataclass
+class Extras:
+    """What the report says besides the artifacts' figures."""
+
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, Any] | None = None
+    logs: dict[str, Path] = field(default_factory=dict)
+    build_log: str | None = None
+    ladders: dict[str, LadderOutcome] = field(default_factory=dict)
+
+
+def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome, extras: Extras | None = None) -> None:
     """Stage the bundle's files, render the report from the results, seal the manifest, swap it in."""
+    extras = extras or Extras()
     checkpoint = fetch.checkpoint(task.checkpoint, entries.get(task.checkpoint.key))
     artifacts = [quantize.artifact(t.quantize, entries[t.quantize.key]) for t in task.targets]
     kept = [a for a in artifacts if a.name not in outcome.excluded]
@@ -249,12 +267,13 @@ def assemble(
             artifacts=_report_rows(task, records, artifacts, outcome),
             bench=bench,
             versions=task.versions,
-            repairs=repairs or [],
-            memory=memory,
+            levers=lever_figures(task, entries, extras.ladders),
+            repairs=extras.repairs,
+            memory=extras.memory,
             benches=benches,
         )
         write_reports(tmp, report)
-        bundle.stage_logs(tmp, logs or {}, build_log)
+        bundle.stage_logs(tmp, extras.logs, extras.build_log)
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
 
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.manifest import MANIFEST
 from edgekit.recipe import Recipe
 from edgekit.sources import resolve_path, resolve_pkg, synthetic
+
+if TYPE_CHECKING:
+    from edgekit.backends.base import BuildEnv
 
 
 def check_eval_files(recipe: Recipe) -> list[RecipeProblem]:
@@ -91,9 +95,26 @@ def check_output(final: Path, *, from_recipe: bool) -> list[RecipeProblem]:
     return []
 
 
-def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False) -> None:
+def check_model_options(recipe: Recipe, kind: str, location: Path, env: BuildEnv) -> list[RecipeProblem]:
+    """Options only the model can judge (tensor name patterns), every ladder candidate's too, keyed like the recipe."""
+    from edgekit.backends.base import ModelInfo
+    from edgekit.registry import build_backend
+
+    model = ModelInfo(kind, "", None, location)
+    found: list[RecipeProblem] = []
+    for i, target in enumerate(recipe.targets):
+        backend = build_backend(target.backend)
+        for scheme, options in [(c.scheme, c.options) for c in target.candidates] or [(target.scheme, target.options)]:
+            for p in backend.check_model(scheme, options, model, env):
+                problem = RecipeProblem(f"targets[{i}].{p.key}", p.problem, p.suggestion)
+                found += [problem] if problem not in found else []
+    return found
+
+
+def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False, env: BuildEnv | None = None) -> None:
     """Everything that can be checked before work starts, without writing anything: backends installed,
-    sources and files exist and are readable, and the bundle can go where it is asked to (`final`)."""
+    sources and files exist and are readable, options fit the model (a local one), and the bundle can go where
+    it is asked to (`final`)."""
     from edgekit.registry import build_backend
     from edgekit.sources import hub
     from edgekit.sources.local import locate_local
@@ -113,7 +134,8 @@ def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False
             if model.tokenizer is None:
                 resolve_pkg(synthetic.DEFAULT_TOKENIZER)  # SmolLM2's tokenizer, from its package
         else:
-            locate_local(model.source, recipe.base_dir, model.allow_pickle)  # exists, right kind; not hashed yet
+            local = locate_local(model.source, recipe.base_dir, model.allow_pickle)  # exists, right kind; not hashed
+            problems += check_model_options(recipe, local.kind, local.path, env) if env is not None else []
     except SourceError as exc:
         problems.append(RecipeProblem("model.source", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else "")))
     problems += check_tokenizer_source(recipe)

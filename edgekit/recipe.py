@@ -21,6 +21,7 @@ from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.gates import Gates
 from edgekit.recipe_checks import contradictions
 from edgekit.recipe_problems import NAME_PATTERN, problems_from
+from edgekit.recipe_targets import AUTO, Target, resolve_targets
 from edgekit.runtime.bench.settings import BenchOptions
 from edgekit.sources.synthetic import SCHEME as SYNTHETIC
 from edgekit.sources.synthetic import parse as synthetic_spec
@@ -98,14 +99,31 @@ class ModelSection(_Section):
         return value
 
 
+class LadderStep(_Section):
+    """One candidate of a `scheme = "auto"` target: a scheme, and options over the target's own."""
+
+    scheme: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class TargetSpec(_Section):
     backend: str
-    scheme: str
+    scheme: str = Field(description='a scheme of the backend, or "auto": the first of `ladder` that passes')
     name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     required: bool = True  # a failing required artifact fails the build
     options: dict[str, Any] = Field(default_factory=dict)
     gates: Gates | None = None
     note: str | None = Field(None, max_length=4000, description="shown beside this artifact in the report")
+    ladder: tuple[str | LadderStep, ...] | None = Field(None, min_length=1, max_length=32)
+    objective: Literal["smallest", "fastest"] | None = None
+
+    @model_validator(mode="after")
+    def _ladder_only_for_auto(self) -> TargetSpec:
+        if self.scheme != AUTO:
+            for key in ("ladder", "objective"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f'`{key}` only applies to scheme = "{AUTO}"; remove it or set scheme = "{AUTO}"')
+        return self
 
 
 class ClozeTask(_Section):
@@ -239,19 +257,6 @@ class RecipeModel(_Section):
 
 
 @dataclass(frozen=True)
-class Target:
-    """A validated target: the backend's own options model is filled in."""
-
-    backend: str
-    scheme: str
-    name: str
-    required: bool
-    options: BaseModel
-    gates: Gates | None
-    note: str | None = None  # shown beside the artifact in the report
-
-
-@dataclass(frozen=True)
 class Recipe:
     path: Path
     sha256: str
@@ -332,7 +337,7 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
         spec = RecipeModel.model_validate(data)
     except ValidationError as exc:
         raise RecipeError(path, problems_from(exc, RecipeModel, data=data)) from None
-    targets, problems = _resolve_targets(spec)
+    targets, problems = resolve_targets(spec.targets)
     problems += contradictions(spec, targets)
     if problems:
         raise RecipeError(path, problems)
@@ -343,55 +348,3 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
         spec=spec,
         targets=tuple(targets),
     )
-
-
-def _resolve_targets(spec: RecipeModel) -> tuple[list[Target], list[RecipeProblem]]:
-    from edgekit.registry import build_backends
-
-    backends = build_backends()
-    targets: list[Target] = []
-    problems: list[RecipeProblem] = []
-    seen: dict[str, int] = {}
-    for i, t in enumerate(spec.targets):
-        key = f"targets[{i}]"
-        backend = backends.get(t.backend)
-        if backend is None:
-            problems.append(
-                RecipeProblem(
-                    f"{key}.backend",
-                    f"unknown backend {t.backend!r}; expected one of {', '.join(sorted(backends))}",
-                    did_you_mean(t.backend, backends),
-                )
-            )
-            continue
-        if t.scheme not in backend.schemes:
-            problems.append(
-                RecipeProblem(
-                    f"{key}.scheme",
-                    f"{t.scheme!r} is not a {t.backend} scheme; expected one of {', '.join(backend.schemes)}",
-                    did_you_mean(t.scheme, backend.schemes),
-                )
-            )
-            continue
-        try:
-            options = backend.options_model.model_validate(t.options)
-        except ValidationError as exc:
-            problems += problems_from(exc, backend.options_model, prefix=f"{key}.options", data=t.options)
-            continue
-        target_problems = backend.check_target(t.scheme, options)
-        problems += [
-            RecipeProblem(f"{key}.{p.key}" if p.key else key, p.problem, p.suggestion) for p in target_problems
-        ]
-        name = t.name or backend.artifact_name(t.scheme)
-        if name in seen:
-            problems.append(
-                RecipeProblem(
-                    f"{key}.name",
-                    f"artifact name {name!r} is already used by targets[{seen[name]}]; "
-                    "remove the duplicate or give one of them a distinct `name`",
-                )
-            )
-            continue
-        seen[name] = i
-        targets.append(Target(t.backend, t.scheme, name, t.required, options, t.gates, t.note))
-    return targets, problems

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgekit.errors import RecipeProblem
+from edgekit.recipe_targets import AUTO
 
 if TYPE_CHECKING:
     from edgekit.recipe import RecipeModel, Target
@@ -50,6 +51,13 @@ def _each_valid_not_together(spec: RecipeModel) -> list[RecipeProblem]:
             RecipeProblem(key, "sets accuracy gates, but [validation] enabled = false; enable validation or remove it")
             for key in gated
         ]
+        found += [RecipeProblem(f"targets[{i}].scheme", f'is "{AUTO}", which keeps the first candidate that passes '
+                                "validation, but [validation] enabled = false; enable validation or name a scheme")
+                  for i, t in enumerate(spec.targets) if t.scheme == AUTO]  # fmt: skip
+    if not spec.bench.enabled:
+        found += [RecipeProblem(f"targets[{i}].objective", '"fastest" picks by the bench, but [bench] enabled = '
+                                'false; enable the bench or use objective = "smallest"')
+                  for i, t in enumerate(spec.targets) if t.objective == "fastest"]  # fmt: skip
     if validation.enabled and validation.context_length > runtime.n_ctx:
         found.append(
             RecipeProblem(
@@ -76,14 +84,13 @@ def _each_valid_not_together(spec: RecipeModel) -> list[RecipeProblem]:
 def _calibration_unused(spec: RecipeModel, targets: list[Target]) -> list[RecipeProblem]:
     from edgekit.registry import build_backend
 
-    if spec.calibration.text is None or any(
-        build_backend(t.backend).needs_calibration(t.scheme, t.options) for t in targets
-    ):
+    steps = [(t.backend, c.scheme, c.options) for t in targets for c in (t.candidates or [t])]
+    if spec.calibration.text is None or any(build_backend(b).needs_calibration(s, o) for b, s, o in steps):
         return []
     return [
         RecipeProblem(
             "calibration.text",
-            "is set but no target is data-aware (OpenVINO INT4 with awq, scale_estimation or ratio < 1; ONNX Runtime "
-            "with outlier_ratio); remove it or make a target data-aware",
+            "is set but no target is data-aware (GGUF with imatrix; OpenVINO INT4 with awq, scale_estimation or "
+            "ratio < 1; ONNX Runtime with outlier_ratio); remove it or make a target data-aware",
         )
     ]

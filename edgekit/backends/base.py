@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +45,25 @@ class ModelInfo:
     location: Path  # the folder holding config.json and the tokenizer files, or the GGUF file
 
 
+@dataclass(frozen=True)
+class Levers:
+    """What a target's options ask of the plan besides quantizing (`BuildBackend.levers`)."""
+
+    imatrix: tuple[int, int] | None = None  # (chunks, tokens per chunk) of an importance matrix computed first
+    tools: dict[str, Any] | None = None  # identity of the external tools quantizing runs (part of its key)
+    without: dict[str, BaseModel] = field(default_factory=dict)  # lever → options without it (report only)
+    sensitivity: tuple[int, float] | None = None  # (eval windows, budget in seconds) of a per-layer sensitivity
+
+
+@dataclass(frozen=True)
+class SensitivityProbe:
+    """How `measure_sensitivity` scores a model file: mean KLD against the reference on a few windows."""
+
+    score: Callable[[Path], float]
+    budget_seconds: float
+    progress: Progress
+
+
 class BuildBackend(ABC):
     """The build side of a backend: what it accepts in a recipe, how it converts and quantizes."""
 
@@ -55,6 +74,8 @@ class BuildBackend(ABC):
     options_model: ClassVar[type[BaseModel]] = NoOptions
     default_scheme_gates: ClassVar[dict[str, Gates]] = {}
     converts_gguf: ClassVar[bool] = False  # converts a GGUF source itself (no dequantized checkpoint needed)
+    # scheme = "auto" without a `ladder`: (scheme, options) candidates, cheapest (smallest) first
+    default_ladder: ClassVar[tuple[tuple[str, dict[str, Any]], ...]] = ()
 
     def available(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.required_modules)
@@ -66,6 +87,10 @@ class BuildBackend(ABC):
 
     def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
         """Problems with a scheme/options combination that the options model alone cannot see."""
+        return []
+
+    def check_model(self, scheme: str, options: BaseModel, model: ModelInfo, env: BuildEnv) -> list[RecipeProblem]:
+        """Problems with options that only the model can show (tensor names), found before any weights are read."""
         return []
 
     def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
@@ -82,6 +107,16 @@ class BuildBackend(ABC):
     def resolve_options(self, scheme: str, options: BaseModel) -> BaseModel:
         """Options as this build machine resolves them (what "unset" means here); they enter the cache key."""
         return options
+
+    def levers(self, scheme: str, options: BaseModel) -> Levers:
+        """Inputs to compute before quantizing, tools it runs, report-only extras; checked at planning time."""
+        return Levers()
+
+    def measure_sensitivity(
+        self, artifact: Path, base: Path, measure: SensitivityProbe, out_dir: Path
+    ) -> dict[str, Any]:
+        """Per-layer contributions to the artifact's KLD (`levers().sensitivity`): backends that offer it say how."""
+        raise NotImplementedError(f"the {self.name} backend does not measure sensitivity")
 
     def default_gates(self, scheme: str) -> Gates:
         return self.default_scheme_gates.get(scheme, Gates())

@@ -25,8 +25,10 @@ from edgekit.procutil import die_with_parent
 QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def run_logged(cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> str:
-    """Run `cmd` with its output in `log_path`; return the log, or raise StageError with its tail.
+def run_logged(
+    cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> str:
+    """Run `cmd` (in `cwd`) with its output in `log_path`; return the log, or raise StageError with its tail.
 
     `env` adds to (or, with an empty value, removes from) this process's environment.
     """
@@ -35,10 +37,10 @@ def run_logged(cmd: list[str], log_path: Path, what: str, env: dict[str, str] | 
     echo = stagelog.echoing()
     with open(log_path, "wb") as log:
         if echo is None:
-            returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+            returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
                                         preexec_fn=die_with_parent()).returncode  # fmt: skip
         else:
-            returncode = _streamed(cmd, full_env, log, echo)
+            returncode = _streamed(cmd, full_env, log, echo, cwd)
     text = log_path.read_text(encoding="utf-8", errors="replace")
     stagelog.scan(text)
     if returncode != 0:
@@ -47,9 +49,9 @@ def run_logged(cmd: list[str], log_path: Path, what: str, env: dict[str, str] | 
     return text
 
 
-def _streamed(cmd: list[str], env: dict[str, str], log: BinaryIO, echo: TextIO) -> int:
+def _streamed(cmd: list[str], env: dict[str, str], log: BinaryIO, echo: TextIO, cwd: Path | None) -> int:
     """The child's output into the log and, as it comes, to `echo` (--verbose)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                             preexec_fn=die_with_parent())  # fmt: skip
     assert proc.stdout is not None
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]

@@ -84,10 +84,13 @@ def build(
         _render_verdicts(result.verdicts, result.excluded, optional)
         for name, reason in result.skipped.items():
             console.print(f"[yellow]{escape(name)}: not built[/] (required = false): {escape(reason)}", highlight=False)
+        for name, reason in result.ladders.items():
+            console.print(escape(f"{name}: {reason}"), highlight=False)
         console.print(f"bundle: [bold]{escape(str(result.bundle))}[/]  ({result.seconds:.1f} s); the reasons: "
                       "report.md, report.html; what other libraries printed: logs/", highlight=False)  # fmt: skip
     if result.failed_required:
-        raise GateFailure(result.failed_required, result.bundle)
+        notes = [f"{n}: {result.ladders[n]}" for n in result.failed_required if n in result.ladders]
+        raise GateFailure(result.failed_required, result.bundle, notes)
 
 
 def _build_document(result: Any) -> dict[str, Any]:
@@ -100,6 +103,7 @@ def _build_document(result: Any) -> dict[str, Any]:
         "failed_required": result.failed_required,
         "excluded": result.excluded,
         "skipped": result.skipped,
+        "ladders": result.ladders,
         "stages": [
             {"id": e.label, "stage": e.stage, "key": e.key, "reused": e.reused, "seconds": round(e.seconds, 3)}
             for e in result.events
@@ -142,6 +146,8 @@ def _render_plan(described: dict[str, Any]) -> None:
     table = Table("task", "key", "state", "needs", title=f"plan of {described['recipe']}")
     for task in described["tasks"]:
         state = "[green]cached[/]" if task["cached"] else "[yellow]to run[/]"
+        if ladder := task.get("ladder"):
+            state += f" ({ladder['target']} candidate {ladder['position'] + 1}: {ladder['runs']})"
         needs = ", ".join(ids.get(k, k[:12]) for k in task["deps"])
         table.add_row(task["id"], (task["key"] or "—")[:12], state, needs or "—")
     console.print(table)

@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.cli.common import bundle_argument, console, emit_json, err_console, json_option
+from edgekit.cli.common import bundle_argument, console, emit_json, json_option, progress_reporter
 
 
 @click.command()
@@ -59,13 +59,12 @@ def _number(value: float | None, spec: str) -> str:
 @json_option("toolchain")
 def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | None, as_json: bool) -> None:
     """Fetch (once) llama.cpp's converter, and build (once) its tools, for the installed llama-cpp-python."""
-    from edgekit.progress import RichProgressReporter
     from edgekit.toolchain import TOOL_SETS, build_tools, get_converter, tools_dir, tools_info
 
     converter = get_converter(llama_cpp_dir)
     wanted = [name for name, flag in (("tools", tools), ("server", server)) if flag]
     if wanted:
-        with RichProgressReporter(err_console) as progress:
+        with progress_reporter() as progress:
             build_tools(wanted, progress, jobs)
     built = {name: tools_info(name) for name in TOOL_SETS}
     if as_json:

@@ -32,8 +32,8 @@ class TaskEvent:
 class Executor(Protocol):
     events: list[TaskEvent]
 
-    def run(self, tasks: Sequence[Task]) -> dict[str, CacheEntry]:
-        """Run `tasks` and what they depend on; return every task's cache entry by key."""
+    def run(self, tasks: Sequence[Task], known: Mapping[str, CacheEntry] | None = None) -> dict[str, CacheEntry]:
+        """Run `tasks` and what they depend on, except the `known` entries; return every task's entry by key."""
         ...
 
 

@@ -229,10 +229,10 @@ class RayExecutor:
             options["num_gpus"] = 1  # "auto" prefers CUDA: a GPU node computes it when the cluster has one
         return options
 
-    def run(self, tasks: Sequence[Task]) -> dict[str, CacheEntry]:
+    def run(self, tasks: Sequence[Task], known: Mapping[str, CacheEntry] | None = None) -> dict[str, CacheEntry]:
         ray = _ray()
-        ordered = [t for t in dependency_order(list(tasks)) if t.cached]
-        entries: dict[str, CacheEntry] = {}
+        entries: dict[str, CacheEntry] = dict(known or {})  # a ladder's next candidate: its upstream has run
+        ordered = [t for t in dependency_order(list(tasks)) if t.cached and t.key not in entries]
         for task in ordered:
             started = time.perf_counter()
             if (found := self.tools.cache.lookup(task.stage, task.key)) is not None:

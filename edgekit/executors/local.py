@@ -7,7 +7,7 @@ Ctrl-C and error messages behave as in a plain loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from edgekit.cache import CacheEntry
@@ -25,9 +25,9 @@ class LocalExecutor:
         self.cpus = cpus or machine.logical_cores()
         self.events: list[TaskEvent] = []
 
-    def run(self, tasks: Sequence[Task]) -> dict[str, CacheEntry]:
-        pending = [t for t in dependency_order(list(tasks)) if t.cached]
-        entries: dict[str, CacheEntry] = {}
+    def run(self, tasks: Sequence[Task], known: Mapping[str, CacheEntry] | None = None) -> dict[str, CacheEntry]:
+        entries: dict[str, CacheEntry] = dict(known or {})
+        pending = [t for t in dependency_order(list(tasks)) if t.cached and t.key not in entries]
         with ThreadPoolExecutor(max_workers=max(1, self.cpus)) as pool:
             running: dict[Future[tuple[CacheEntry, TaskEvent]], tuple[Task, int]] = {}
             while pending or running:

@@ -7,40 +7,37 @@ stage function ever sees the recipe.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgekit.backends.base import BuildEnv
-from edgekit.evaldata import CalibrationSet, EvalPlan, load_text
-from edgekit.gates import Gates
+from edgekit.evaldata import EvalPlan, load_text
 from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
-from edgekit.plan.calibration import calibration_sets
+from edgekit.plan.calibration import calibration_source
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
+from edgekit.plan.targets import TargetInputs, plan_target
 from edgekit.plan.tasks import (
     STAGE_ORDER,
+    AutoTarget,
     BenchTask,
     Bootstrap,
     BundleTask,
     ConvertTask,
-    Decide,
-    EngineSettings,
     Exclusion,
     FetchTask,
-    QuantizeTask,
     ReferenceTask,
     ReportTask,
-    SmokeTask,
     TargetPlan,
     Task,
-    ValidateTask,
 )
 from edgekit.plan.tokenizer_check import check_gguf_tokenizer
 from edgekit.preflight import preflight
@@ -55,7 +52,6 @@ from edgekit.sources.synthetic import parse as parse_synthetic
 from edgekit.versions import dist_version, tool_versions
 
 BENCH_VERSIONS = {"bench_schema": BENCH_SCHEMA, "bench_method": BENCH_METHOD}
-GATE_NAMES = tuple(Gates.model_fields)
 
 
 @dataclass(frozen=True)
@@ -107,12 +103,11 @@ def make_plan(
     boxes: tuple[str, ...] | None = None,
 ) -> Plan:
     """The plan of `recipe`. `offered_boxes`: what the cluster offers; `boxes` replaces `[[bench.boxes]]`."""
-    preflight(recipe, final, out_given=out_given)
-    bench = recipe.spec.bench
-    asked = boxes if boxes is not None else tuple(b.name for b in bench.boxes)
-    bench_boxes = boxes_to_bench(asked, offered_boxes) if bench.enabled else ()
     threads = threads or machine.physical_cores()
     env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
+    preflight(recipe, final, out_given=out_given, env=env)
+    asked = boxes if boxes is not None else tuple(b.name for b in recipe.spec.bench.boxes)
+    bench_boxes = boxes_to_bench(asked, offered_boxes) if recipe.spec.bench.enabled else ()
     fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
     kept, skipped = buildable_targets(recipe, fetch, env)
     backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in kept)}
@@ -123,8 +118,15 @@ def make_plan(
     reference = reference_task(cfg, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    calibration = calibration_sets(recipe, kept, fetch, cache_root, evaluation)
-    targets = tuple(_target(recipe, t, converts[t.backend], reference, threads, calibration.get(t.name)) for t in kept)
+    calibration = calibration_source(recipe, kept, fetch, cache_root, evaluation)
+    inputs = TargetInputs(recipe, converts, reference, _bootstrap(recipe), calibration, threads)
+    planned = [plan_target(inputs, t, i) for i, t in enumerate(kept)]
+    targets = tuple(t for t in planned if isinstance(t, TargetPlan))
+    auto = tuple(t for t in planned if isinstance(t, AutoTarget))
+    report = _report(recipe, Path(final).name if final else recipe.name, command, evaluation, reproduce)
+    bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None  # "fastest" ladders: on this machine
+    auto = tuple(dataclasses.replace(a, bench=fastest_bench(bench, a, report)) if a.objective == "fastest" and bench
+                 else a for a in auto)  # fmt: skip
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -132,12 +134,13 @@ def make_plan(
         checkpoint=fetch,
         targets=targets,
         reference=reference,
-        bench=_bench(recipe, targets) if bench.enabled and not bench_boxes else None,
+        bench=bench if not bench_boxes else None,
         runtime_defaults=recipe.spec.bundle.runtime.model_dump(),
         threads=threads,
         versions=tool_versions({k: v for versions in backend_versions.values() for k, v in versions.items()}),
-        report=_report(recipe, Path(final).name if final else recipe.name, command, evaluation, reproduce),
+        report=report,
         skipped=skipped,
+        auto=auto,
         release=recipe.spec.bundle.release,
         box_benches=tuple(_bench(recipe, targets, box) for box in bench_boxes),
     )
@@ -160,86 +163,11 @@ def _bootstrap(recipe: Recipe) -> Bootstrap:
     return Bootstrap(cfg.bootstrap_resamples, cfg.bootstrap_block_tokens, cfg.seed)
 
 
-def _engine_settings(recipe: Recipe, threads: int) -> EngineSettings:
-    """What runtime.toml will hold before the bench tunes the threads: validation runs the engine that way."""
-    runtime = recipe.spec.bundle.runtime
-    return EngineSettings(n_ctx=runtime.n_ctx, n_batch=runtime.n_batch, n_threads=threads)
-
-
-def _target(
-    recipe: Recipe,
-    target: Target,
-    convert: ConvertTask,
-    reference: ReferenceTask | None,
-    threads: int,
-    calibration: CalibrationSet | None,
-) -> TargetPlan:
-    backend = build_backend(target.backend)
-    quantize = QuantizeTask(
-        converted=convert,
-        backend=target.backend,
-        scheme=target.scheme,
-        options=backend.resolve_options(target.scheme, target.options).model_dump(mode="json"),
-        versions=convert.versions,
-        calibration=calibration,
-        name=target.name,
-    )
-    gates = backend.default_gates(target.scheme).merged(recipe.spec.validation.gates, target.gates)
-    validate = None
-    if reference is not None:
-        cfg = recipe.spec.validation
-        decide = Decide(gates, cfg.looks) if cfg.decide else None
-        validate = ValidateTask(quantize, reference, _bootstrap(recipe), _engine_settings(recipe, threads), decide)
-    return TargetPlan(
-        name=target.name,
-        backend=target.backend,
-        scheme=target.scheme,
-        required=target.required,
-        note=target.note,
-        gates=gates,
-        gate_sources=_gate_sources(recipe, target),
-        quantize=quantize,
-        validate=validate,
-        smoke=_smoke(recipe, quantize),
-    )
-
-
-def _smoke(recipe: Recipe, quantize: QuantizeTask) -> SmokeTask:
-    from edgekit.runtime import smoke
-
-    runtime = recipe.spec.bundle.runtime
-    settings = {"n_ctx": runtime.n_ctx, "n_batch": runtime.n_batch, "max_concurrent": 1,
-                "warmup_tokens": runtime.warmup_tokens}  # fmt: skip
-    return SmokeTask(quantize, smoke.PROMPTS, smoke.TOKENS, settings)
-
-
-def _gate_sources(recipe: Recipe, target: Target) -> dict[str, str]:
-    """Where each threshold came from: the backend's per-scheme default, [validation.gates] or the target."""
-    section = recipe.spec.validation.gates
-    overridden = set(section.model_fields_set) if section is not None else set()
-    own = set(target.gates.model_fields_set) if target.gates is not None else set()
-
-    def source(gate: str) -> str:
-        if gate in own:
-            return f"recipe [[targets]] {target.name}"
-        return "recipe [validation.gates]" if gate in overridden else f"default for {target.backend} {target.scheme}"
-
-    return {gate: source(gate) for gate in GATE_NAMES}
-
-
 def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...], box: Box | None = None) -> BenchTask:
     runtime = recipe.spec.bundle.runtime
     settings = BenchSettings.from_options(recipe.spec.bench, n_ctx=runtime.n_ctx, n_batch=runtime.n_batch)
-    exclusion = None
-    validated = [t for t in targets if t.validate is not None]
-    if recipe.spec.bundle.exclude_failed and validated:
-        exclusion = Exclusion(
-            validations=tuple(t.validate for t in validated if t.validate is not None),
-            gates=tuple(t.gates for t in validated),
-            on_inconclusive=recipe.spec.validation.on_inconclusive,
-        )
-    return BenchTask(
-        artifacts=tuple(t.quantize for t in targets),
+    template = BenchTask(
+        artifacts=(),
         settings=settings.as_dict(),
         machine=box.fingerprint if box is not None else machine.fingerprint(),
         versions={
@@ -247,10 +175,32 @@ def _bench(recipe: Recipe, targets: tuple[TargetPlan, ...], box: Box | None = No
             **BENCH_VERSIONS,
             **({"peer": peer.identity()} if settings.peer else {}),
         },
-        exclusion=exclusion,
         box=box.name if box is not None else None,
         box_labels=dict(box.labels) if box is not None else {},
     )
+    cfg = recipe.spec.validation
+    return bench_over(template, targets, recipe.spec.bundle.exclude_failed, cfg.on_inconclusive)
+
+
+def bench_over(template: BenchTask, targets: Sequence[TargetPlan], exclude_failed: bool, on_inconclusive: str
+               ) -> BenchTask:  # fmt: skip
+    """The bench of `targets` with `template`'s settings; with `exclude_failed`, only those that pass are measured."""
+    validated = [t for t in targets if t.validate is not None]
+    exclusion = None
+    if exclude_failed and validated:
+        exclusion = Exclusion(
+            validations=tuple(t.validate for t in validated if t.validate is not None),
+            gates=tuple(t.gates for t in validated),
+            on_inconclusive=on_inconclusive,
+        )
+    artifacts = tuple(t.quantize for t in targets)
+    return dataclasses.replace(template, artifacts=artifacts, names=tuple(a.name for a in artifacts),
+                               exclusion=exclusion)  # fmt: skip
+
+
+def fastest_bench(bench: BenchTask, auto: AutoTarget, report: ReportTask) -> BenchTask:
+    """Objective "fastest": every candidate of the ladder that passes its gates, measured on this box."""
+    return bench_over(bench, auto.candidates, True, report.on_inconclusive)
 
 
 def _report(

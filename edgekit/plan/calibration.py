@@ -2,14 +2,17 @@
 
 The validation text is tokenized once; validation scores its first tokens (the windows, up to
 `max_tokens`) and a data-aware target calibrates on the last `calibration_samples × calibration_tokens`
-tokens. Both are ranges of one token stream, recorded with their hashes, and a recipe where they would
-overlap is refused before any work (exit 2, with the numbers). `[calibration] text` gives a text of
-its own instead (its last tokens are used); when it is the validation text, the same rule holds.
+tokens (an importance matrix: on the last `imatrix_chunks × imatrix_context`; every candidate of a ladder
+that is data-aware: on its own). Both are ranges of one token stream, recorded with their hashes, and a
+recipe where they would overlap is refused before any work (exit 2, with the numbers). `[calibration] text`
+gives a text of its own instead (its last tokens are used); when it is the validation text, the same rule holds.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,38 +24,69 @@ from edgekit.recipe import Recipe, Target
 from edgekit.registry import build_backend
 from edgekit.versions import dist_version
 
+if TYPE_CHECKING:
+    from edgekit.sources.tokenizer import HFTokenizer
+
 MEMO_FORMAT = 1
 
 
-def calibration_sets(
+@dataclass(frozen=True)
+class CalibrationSource:
+    """The calibration text's token stream: every data-aware step reads the end of it, past every scored token."""
+
+    text: EvalText
+    origin: str
+    ids: np.ndarray
+    fetch: FetchTask
+    cache_root: Path
+
+    def cut(self, need: int) -> CalibrationSet:
+        """The last `need` tokens (checked by `calibration_source` for every step of the recipe)."""
+        start = len(self.ids) - need
+        return CalibrationSet(self.origin, self.text.sha256, start, len(self.ids), TokenIds.of(self.ids[start:]))
+
+    def char_start(self, token: int) -> int:
+        """Where token `token` starts in the text: tools that tokenize text themselves read from there."""
+        inputs = {"format": MEMO_FORMAT, "source": self.fetch.key, "text": self.text.sha256, "token": token,
+                  "tokenizer": {"transformers": dist_version("transformers"),
+                                "tokenizers": dist_version("tokenizers")}}  # fmt: skip
+
+        def find() -> int:
+            _, offsets = _tokenizer(self.fetch).tokenize_with_offsets(self.text.text)
+            return int(offsets[token][0])
+
+        return int(remembered(self.cache_root, "calibration-chars", inputs, find))
+
+
+def calibration_source(
     recipe: Recipe, targets: list[Target], fetch: FetchTask, cache_root: Path, evaluation: EvalPlan | None
-) -> dict[str, CalibrationSet]:
-    """One calibration set per data-aware target (by artifact name); refuses overlap with the scored tokens."""
-    needs = {t.name: build_backend(t.backend).calibration_tokens(t.scheme, t.options) for t in targets}
-    needs = {name: n for name, n in needs.items() if n}
+) -> CalibrationSource | None:
+    """The calibration tokens when any target (or ladder candidate) is data-aware; refuses overlap with the
+    scored tokens, and too short a text, for each of them."""
+    names = [t.name for t in recipe.targets]
+    needs = [(t.name, names.index(t.name), build_backend(t.backend).calibration_tokens(c.scheme, c.options))
+             for t in targets for c in (t.candidates or [t])]  # fmt: skip
+    needs = [(name, i, n) for name, i, n in needs if n]
     if not needs:
-        return {}
+        return None
     origin = recipe.spec.calibration.text or recipe.spec.validation.text
     key = "calibration.text" if recipe.spec.calibration.text else "validation.text"
     text = load_text(origin, recipe.base_dir)
     ids = np.asarray(_token_ids(text, fetch, cache_root), dtype=np.int32)
     scored_end = len(evaluation.ids) if evaluation is not None and evaluation.text.sha256 == text.sha256 else 0
-    names = [t.name for t in recipe.targets]
-    sets, problems = {}, []
-    for name, need in needs.items():
-        start = len(ids) - need
-        where = f"targets[{names.index(name)}].options"
+    problems = {}
+    for name, i, need in needs:
+        start, where = len(ids) - need, f"targets[{i}].options"
         if start < 0:
-            problems.append(RecipeProblem(where, f"{name} calibrates on {need:,} tokens but {key} ({origin}) has "
-                                                 f"{len(ids):,}; lower calibration_samples or calibration_tokens, or "
-                                                 "give a longer [calibration] text"))  # fmt: skip
+            problems[where] = RecipeProblem(where, f"{name} calibrates on {need:,} tokens but {key} ({origin}) has "
+                                                   f"{len(ids):,}; lower calibration_samples or calibration_tokens "
+                                                   "(imatrix_chunks or imatrix_context), or give a longer "
+                                                   "[calibration] text")  # fmt: skip
         elif start < scored_end:
-            problems.append(RecipeProblem(where, _overlap(name, need, start, len(ids), scored_end, origin)))
-        else:
-            sets[name] = CalibrationSet(origin, text.sha256, start, len(ids), TokenIds.of(ids[start:]))
+            problems[where] = RecipeProblem(where, _overlap(name, need, start, len(ids), scored_end, origin))
     if problems:
-        raise RecipeError(recipe.path, problems)
-    return sets
+        raise RecipeError(recipe.path, list(problems.values()))
+    return CalibrationSource(text, origin, ids, fetch, cache_root)
 
 
 def _overlap(name: str, need: int, start: int, total: int, scored_end: int, origin: str) -> str:
@@ -74,13 +108,16 @@ def _token_ids(text: EvalText, fetch: FetchTask, cache_root: Path) -> list[int]:
     }
 
     def tokenize() -> list[int]:
-        from edgekit.sources.tokenizer import reference_tokenizer
-
-        tokenizer_dir = fetch.tokenizer.location if fetch.tokenizer else ""
-        tokenizer = reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision, tokenizer_dir)
-        return tokenizer.tokenize(text.text)
+        return _tokenizer(fetch).tokenize(text.text)
 
     ids = remembered(cache_root, "calibration-tokens", inputs, tokenize)
     if not ids:
         raise SourceError(f"{text.origin}: the calibration text has no tokens", "point it at a longer text")
     return ids
+
+
+def _tokenizer(fetch: FetchTask) -> HFTokenizer:
+    from edgekit.sources.tokenizer import reference_tokenizer
+
+    tokenizer_dir = fetch.tokenizer.location if fetch.tokenizer else ""
+    return reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision, tokenizer_dir)

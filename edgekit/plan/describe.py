@@ -5,12 +5,14 @@ Schema (version 1; as a JSON Schema: edgekit/cli/schemas/plan.json, `edgekit sch
     {"schema": "edgekit.plan", "version": 1,
      "recipe": path, "bundle": final path of the bundle (or ""),
      "tasks": [ {"id": "quantize gguf-Q4_K_M",        a label, unique within the plan
-                 "stage": "quantize",                 fetch | convert | quantize | reference | validate | bench | bundle
+                 "stage": "quantize",                 a stage of edgekit.plan.tasks.STAGE_ORDER
                  "key": "<sha256>",                   the cache key: sha256 of the stage and these inputs
                  "cached": true,                      an entry with this key is in the cache (the task will be reused)
                  "deps": ["<key>", ...],              keys of the tasks it reads
                  "resources": {"cpus", "memory_mib", "gpus", "box"},
-                 "inputs": {...}} ],                  the declared inputs as they enter the key (upstream tasks as keys)
+                 "inputs": {...},                     the declared inputs as they enter the key (upstream tasks as keys)
+                 "ladder": {"target", "candidate", "position", "runs"}}  only on a scheme = "auto" candidate's
+               ],                                     tasks: they run in order, until one passes
      "summary": {"tasks": n, "cached": n, "to_run": n}}
 
 The bundle task is listed last; it is never cached (it writes dist/<name>/ each time).
@@ -22,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from edgekit.cache import StageCache
-from edgekit.plan.build import Plan
+from edgekit.plan.build import Plan, dependency_order
 from edgekit.plan.tasks import Task
 
 PLAN_SCHEMA_VERSION = 1
@@ -30,6 +32,17 @@ PLAN_SCHEMA_VERSION = 1
 
 def describe(plan: Plan, cache: StageCache) -> dict[str, Any]:
     tasks = [_task(t, cache, plan.bundle.threads) for t in plan.tasks]
+    listed = {t["key"] for t in tasks}
+    for auto in plan.bundle.auto:  # ladder candidates run in order, each only if the ones before it fail
+        for i, candidate in enumerate(auto.candidates):
+            for task in dependency_order(candidate.tasks()[:2]):
+                if task.key not in listed:
+                    listed.add(task.key)
+                    runs = "always" if i == 0 else "if every candidate before it fails"
+                    if auto.objective == "fastest":
+                        runs = "always (objective fastest)"
+                    ladder = {"target": auto.name, "candidate": candidate.label, "position": i, "runs": runs}
+                    tasks.append(_task(task, cache, plan.bundle.threads) | {"ladder": ladder})
     bundle = plan.bundle
     tasks.append(
         {

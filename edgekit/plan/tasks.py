@@ -8,57 +8,18 @@ on changes. Stage functions (`edgekit.stages`) take a task and the records of it
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, ClassVar
 
-from edgekit.evaldata import CalibrationSet, EvalPlan
+from edgekit.evaldata import CalibrationSet, EvalPlan, EvalText
 from edgekit.gates import Gates
-from edgekit.plan.keys import KEYED_IF_SET, UNKEYED, key_inputs, task_key
+from edgekit.plan.keys import KEYED_IF_SET, UNKEYED
+from edgekit.plan.task_base import Resources, Task
 from edgekit.records import SourceFile
 from edgekit.sources.synthetic import SyntheticSpec
 
-STAGE_ORDER = ("fetch", "convert", "quantize", "reference", "validate", "smoke", "bench", "report", "bundle")
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What a task needs of the machine that runs it (the executor places it accordingly)."""
-
-    cpus: int = 1
-    memory_mib: int = 0
-    gpus: float = 0.0
-    box: str | None = None  # a bench measures one box, and nothing else may run there meanwhile
-
-
-class Task:
-    """Base of every task. Subclasses are frozen dataclasses; `stage` names the stage function."""
-
-    stage: ClassVar[str]
-    cached: ClassVar[bool] = True
-
-    @cached_property
-    def key(self) -> str:
-        return task_key(self.stage, key_inputs(self))
-
-    def inputs(self) -> dict[str, Any]:
-        return key_inputs(self)
-
-    def deps(self) -> tuple[Task, ...]:
-        found: list[Task] = []
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            items = value if isinstance(value, tuple) else (value,)
-            found += [v for v in items if isinstance(v, Task)]
-        return tuple(found)
-
-    @property
-    def label(self) -> str:
-        return self.stage
-
-    def resources(self, threads: int) -> Resources:
-        return Resources(cpus=threads)
+STAGE_ORDER = ("fetch", "convert", "imatrix", "quantize", "reference", "validate", "smoke", "sensitivity", "bench",
+               "report", "bundle")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,6 +91,27 @@ class ConvertTask(Task):
 
 
 @dataclass(frozen=True)
+class ImatrixTask(Task):
+    """An importance matrix of the converted model on the calibration range (`llama-imatrix`)."""
+
+    stage: ClassVar[str] = "imatrix"
+    converted: ConvertTask
+    calibration: CalibrationSet  # the tokens it reads: the end of the text, past every scored token
+    text: EvalText  # llama-imatrix reads text: the range's characters, from `char_start` to the end
+    char_start: int
+    chunks: int
+    context: int
+    tools: dict[str, Any]  # the llama.cpp tools build that computes it (its kernels)
+
+    @property
+    def label(self) -> str:
+        return f"imatrix {self.chunks}×{self.context} tokens"
+
+    def resources(self, threads: int) -> Resources:
+        return Resources(cpus=threads, memory_mib=sized_by_model(self.converted.checkpoint, threads).memory_mib)
+
+
+@dataclass(frozen=True)
 class QuantizeTask(Task):
     stage: ClassVar[str] = "quantize"
     converted: ConvertTask
@@ -138,6 +120,8 @@ class QuantizeTask(Task):
     options: dict[str, Any]
     versions: dict[str, Any]
     calibration: CalibrationSet | None = field(default=None, metadata=KEYED_IF_SET)
+    imatrix: ImatrixTask | None = field(default=None, metadata=KEYED_IF_SET)
+    tools: dict[str, Any] | None = field(default=None, metadata=KEYED_IF_SET)  # llama.cpp's tools, when they run
     name: str = field(default="", metadata=UNKEYED, compare=False)  # the artifact's name in the bundle
 
     @property
@@ -255,6 +239,7 @@ class BenchTask(Task):
     machine: str  # the fingerprint of the machine measured
     versions: dict[str, Any]
     exclusion: Exclusion | None = field(default=None, metadata=KEYED_IF_SET)
+    names: tuple[str, ...] = ()  # the artifacts' names: the figures are kept by name
     box: str | None = field(default=None, metadata=KEYED_IF_SET)  # measured on this box of the cluster
     box_labels: dict[str, str] = field(default_factory=dict, metadata=UNKEYED, compare=False)
 
@@ -270,8 +255,38 @@ class BenchTask(Task):
 
 
 @dataclass(frozen=True)
+class SensitivityTask(Task):
+    """Report only: how much each layer of an artifact adds to its KLD.
+
+    One layer at a time is written at the artifact's own tensor types and every other tensor at Q8_0 (`base`),
+    scored on the first `windows` windows; a measurement projected over `budget_seconds` is skipped, with a note.
+    """
+
+    stage: ClassVar[str] = "sensitivity"
+    artifact: QuantizeTask
+    base: QuantizeTask
+    reference: ReferenceTask
+    windows: int
+    budget_seconds: float
+    method: int = 2  # the measurement and its result's form (bumped when either changes)
+
+    @property
+    def label(self) -> str:
+        return f"sensitivity {self.artifact.name}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Report only: the artifact without one lever (its importance matrix), validated on the same tokens."""
+
+    lever: str
+    quantize: QuantizeTask
+    validate: ValidateTask
+
+
+@dataclass(frozen=True)
 class TargetPlan:
-    """One [[targets]] entry as the bundle and the report need it."""
+    """One [[targets]] entry (or one candidate of a ladder) as the bundle and the report need it."""
 
     name: str
     backend: str
@@ -283,6 +298,33 @@ class TargetPlan:
     quantize: QuantizeTask
     validate: ValidateTask | None
     smoke: SmokeTask | None = None
+    comparisons: tuple[Comparison, ...] = ()
+    sensitivity: SensitivityTask | None = None
+    label: str = ""  # a ladder candidate's scheme and options, "Q4_K_M+imatrix"
+
+    def tasks(self) -> list[Task]:
+        found: list[Task] = [self.quantize] + [t for t in (self.validate, self.smoke) if t is not None]
+        for c in self.comparisons:
+            found += [c.quantize, c.validate]
+        return found + ([self.sensitivity] if self.sensitivity else [])
+
+
+@dataclass(frozen=True)
+class AutoTarget:
+    """A target with scheme = "auto": a ladder of candidates, cheapest first, each a complete target plan.
+
+    The executor runs the candidates in order (`edgekit.executors.ladder`) and stops at the first that passes
+    every gate (objective "smallest"), or runs them all and benches those that pass (objective "fastest", `bench`).
+    """
+
+    name: str
+    backend: str
+    required: bool
+    note: str | None
+    position: int  # among the recipe's targets: the bundle keeps the recipe's order
+    objective: str
+    candidates: tuple[TargetPlan, ...]
+    bench: BenchTask | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +373,7 @@ class BundleTask(Task):
     versions: dict[str, Any]
     report: ReportTask
     skipped: tuple[SkippedTarget, ...] = ()
+    auto: tuple[AutoTarget, ...] = ()  # ladders, settled into `targets` by `edgekit.executors.ladder`
     release: int = 0  # [bundle] release or `edgekit build --release`: boxes refuse to install a lower one
     box_benches: tuple[BenchTask, ...] = ()  # one per [[bench.boxes]]: runtime/<box>.toml each
 
@@ -339,8 +382,9 @@ class BundleTask(Task):
         return f"bundle {self.final}"
 
     def deps(self) -> tuple[Task, ...]:
+        """What runs before the ladders, if any, are settled (the bench waits for their winners)."""
         found: list[Task] = []  # the fetch itself only when something reads its checkpoint
         for t in self.targets:
-            found += [t.quantize] + [task for task in (t.validate, t.smoke) if task is not None]
-        found += [t for t in (self.reference, self.bench) if t is not None]
-        return (*found, *self.box_benches)
+            found += t.tasks()
+        found += [t for t in (self.reference, None if self.auto else self.bench) if t is not None]
+        return (*found, *(() if self.auto else self.box_benches))

@@ -220,6 +220,7 @@ def build_report(
     artifacts: list[dict[str, Any]],
     bench: dict[str, Any] | None,
     versions: dict[str, Any],
+    levers: dict[str, Any] | None = None,
     repairs: list[dict[str, Any]] | None = None,
     memory: dict[str, Any] | None = None,
     benches: dict[str, dict[str, Any]] | None = None,
@@ -239,6 +240,9 @@ def build_report(
         "findings": order_findings(rows),
         "bench": bench,
         "speed_only": _speed_only(checkpoint),
+        "ladders": (levers or {}).get("ladders", []),
+        "comparisons": (levers or {}).get("comparisons", []),
+        "sensitivity": (levers or {}).get("sensitivity", []),
         "cache_repairs": repairs or [],
         "memory": memory,
         "benches": benches or {},  # box → its bench (same layout as "bench"), from [[bench.boxes]]

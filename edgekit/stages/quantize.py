@@ -17,9 +17,17 @@ def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     options = backend.options_model.model_validate(task.options)
     converted = ctx.entry(task.converted).path
     ids = task.calibration.ids.array().tolist() if task.calibration is not None else None
-    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, ids)
+    extra: dict[str, Any] = {}
+    if task.imatrix is not None:  # only backends whose `levers()` ask for a matrix take it
+        imatrix = ctx.entry(task.imatrix)
+        extra["imatrix"] = imatrix.path / imatrix.result["path"]
+    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, ids, **extra)
     if task.calibration is not None:  # which tokens of which text: the plan's record, disjoint from the scored ones
         details["calibration"] = {**(details.get("calibration") or {}), **task.calibration.record()}
+    if task.imatrix is not None:  # the matrix read the calibration range: the sign-off lists it like any other
+        details["calibration"] = task.imatrix.calibration.record()
+        recorded = {k: v for k, v in ctx.entry(task.imatrix).result.items() if k != "path"}
+        details["imatrix"] = {**recorded, "cache_key": task.imatrix.key, "written": details.get("imatrix", {})}
     return {"path": relpath, "details": details}
 
 

@@ -122,11 +122,15 @@ def build_tools(sets: Sequence[str], progress: Progress, jobs: int | None = None
     pkg_version = llama_cpp_python_version()
     wanted = [TOOL_SETS[s] for s in sets]
     root = version_dir(pkg_version, "tools")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root.parent / f".{root.name}.lock")):
-        missing = [s for s in wanted if not (root / s.name / BUILD_INFO).is_file()]
-        if missing:
-            _build(pkg_version, missing, root, progress, jobs or os.cpu_count() or 1)
+
+    def missing() -> list[ToolSet]:
+        return [s for s in wanted if not (root / s.name / BUILD_INFO).is_file()]
+
+    if missing():  # built sets are complete (renamed into place): no lock needed to use them
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root.parent / f".{root.name}.lock")):
+            if todo := missing():
+                _build(pkg_version, todo, root, progress, jobs or os.cpu_count() or 1)
     return [root / s.name for s in wanted]
 
 

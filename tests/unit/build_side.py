@@ -10,7 +10,9 @@ BUILD_PACKAGES = (
     "edgekit.backends.base", "edgekit.backends.child", "edgekit.backends.calibration",
 )  # fmt: skip
 # A backend package's build side: its build module, child-process entry points and default gates.
-BUILD_MODULE = re.compile(r"^edgekit\.backends\.\w+\.(build|child|gates|quantize_child)(\.|$)")
+BUILD_MODULE = re.compile(
+    r"^edgekit\.backends\.\w+\.(build|child|gates|quantize_child|levers|sensitivity|options)(\.|$)"
+)
 
 
 def build_side(modules: list[str]) -> list[str]:

@@ -184,3 +184,19 @@ def test_the_recipe_takes_reference_memory() -> None:
         parse_recipe((base + 'reference_memory = "half"\n').encode(), Path("r.toml"))
     with pytest.raises(RecipeError, match="did you mean 'reference_memory'"):
         parse_recipe((base + 'reference_memroy = "stream"\n').encode(), Path("r.toml"))
+
+
+def test_a_process_whose_name_is_cut_mid_character_is_still_measured() -> None:
+    """Ray names a worker after its task ("ray::imatrix 2×128 tokens"); the kernel keeps 15 bytes of it, which can
+    end inside the "×" and make /proc/PID/status invalid UTF-8."""
+    code = "open('/proc/self/comm', 'wb').write('ray::imatrix 2×128'.encode()); import time; time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while b"\xc3" not in Path(f"/proc/{child.pid}/comm").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Path(f"/proc/{child.pid}/comm").read_bytes() == b"ray::imatrix 2\xc3\n"
+        assert process_memory(child.pid)["anon"] > 0
+    finally:
+        child.kill()
+        child.wait()

@@ -2,9 +2,10 @@
 
 convert:  HF checkpoint → GGUF F16 with llama.cpp's own convert_hf_to_gguf.py (same llama.cpp
           version as the installed llama-cpp-python), stamped with provenance metadata.
-quantize: F16 → Q4_K_M / Q5_K_M / Q8_0 with llama_model_quantize from the bindings. The tensor
-          types actually written are read back, because K-quants silently fall back to other
-          types on rows that are not a multiple of 256.
+quantize: F16 → Q4_K_M / Q5_K_M / Q6_K / Q8_0 with llama_model_quantize from the bindings, or with
+          the `llama-quantize` binary when the target pulls a lever (importance matrix, per-tensor
+          types; see `levers`). The tensor types actually written are read back, because K-quants
+          silently fall back to other types on rows that are not a multiple of 256.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
+from pydantic import BaseModel
+
+from edgekit.backends.base import BuildBackend, BuildEnv, Levers, ModelInfo, SensitivityProbe
 from edgekit.backends.child import run_logged
+from edgekit.backends.gguf import levers
 from edgekit.backends.gguf.gates import DEFAULT_GATES
-from edgekit.backends.gguf.info import tensor_summary
-from edgekit.errors import StageError
+from edgekit.backends.gguf.info import metadata, tensor_summary
+from edgekit.backends.gguf.options import GGUFOptions, option_problems
+from edgekit.errors import RecipeProblem, StageError, UsageError
 from edgekit.fsutil import ensure_free_space
 from edgekit.gates import Gates
 from edgekit.hashing import sha256_file
@@ -34,6 +39,7 @@ F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"
 CONVERT_LOG = "convert.log"
 QUANTIZE_LOG = "quantize.log"
+IMATRIX_SPARE_TOKENS = 64  # the range's text, tokenized again by llama-imatrix, may come out a little shorter
 QUANTIZE_CHILD = "edgekit.backends.gguf.quantize_child"
 FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w+)")
 
@@ -41,12 +47,82 @@ FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w
 class GGUFBuild(BuildBackend):
     name = "gguf"
     converts_gguf = True
-    schemes = ("Q4_K_M", "Q5_K_M", "Q8_0", "F16")
+    schemes = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16")
     extra = "gguf"
     required_modules = ("llama_cpp", "gguf", "torch", "transformers")
+    options_model = GGUFOptions
     default_scheme_gates: ClassVar[dict[str, Gates]] = DEFAULT_GATES
+    default_ladder: ClassVar[tuple[tuple[str, dict[str, Any]], ...]] = (
+        ("Q4_K_M", {}), ("Q4_K_M", {"imatrix": True}), ("Q5_K_M", {}), ("Q6_K", {}), ("Q8_0", {}),
+    )  # fmt: skip
     # Approximate bytes per parameter of each scheme, for the disk-space check before writing.
-    bytes_per_param: ClassVar[dict[str, float]] = {"F16": 2.0, "Q8_0": 1.07, "Q5_K_M": 0.72, "Q4_K_M": 0.62}
+    bytes_per_param: ClassVar[dict[str, float]] = {"F16": 2.0, "Q8_0": 1.07, "Q6_K": 0.83, "Q5_K_M": 0.72,
+                                                   "Q4_K_M": 0.62}  # fmt: skip
+
+    def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
+        assert isinstance(options, GGUFOptions)
+        return option_problems(scheme, options)
+
+    def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
+        """An importance matrix reads calibration text (`llama-imatrix`, a stage before quantizing)."""
+        return bool(getattr(options, "imatrix", False)) and scheme != "F16"
+
+    def calibration_tokens(self, scheme: str, options: BaseModel) -> int:
+        """The matrix's windows, and a few tokens to spare: llama.cpp tokenizes the text of the range again."""
+        if not self.needs_calibration(scheme, options):
+            return 0
+        assert isinstance(options, GGUFOptions)
+        return options.imatrix_chunks * options.imatrix_context + IMATRIX_SPARE_TOKENS
+
+    def levers(self, scheme: str, options: BaseModel) -> Levers:
+        """The importance matrix to compute first, llama.cpp's tools (built?), the twin without the matrix."""
+        assert isinstance(options, GGUFOptions)
+        from edgekit.toolchain import llama_tool, tools_identity
+
+        if not options.uses_tools or scheme == "F16":
+            tools = None
+        else:
+            llama_tool("llama-quantize")  # missing: ToolchainError (exit 3) with the fix, before any work
+            tools = tools_identity()
+        if options.imatrix:
+            llama_tool("llama-imatrix")
+        plain = GGUFOptions.model_validate(options.model_dump(exclude={"imatrix", "imatrix_chunks", "imatrix_context"}))
+        return Levers(
+            imatrix=(options.imatrix_chunks, options.imatrix_context) if options.imatrix else None,
+            tools=tools,
+            without={"imatrix": plain} if options.imatrix else {},
+            sensitivity=(options.sensitivity_windows, options.sensitivity_budget_seconds)
+            if options.sensitivity
+            else None,
+        )
+
+    def measure_sensitivity(
+        self, artifact: Path, base: Path, measure: SensitivityProbe, out_dir: Path
+    ) -> dict[str, Any]:
+        from edgekit.backends.gguf.sensitivity import layer_sensitivity
+
+        return layer_sensitivity(artifact, base, measure, out_dir)
+
+    def check_model(self, scheme: str, options: BaseModel, model: ModelInfo, env: BuildEnv) -> list[RecipeProblem]:
+        assert isinstance(options, GGUFOptions)
+        if not options.tensor_overrides:
+            return []
+        from edgekit.toolchain import get_converter
+
+        if model.kind == "gguf":  # the header says: fast, and nothing to remember (bad input writes nothing)
+            names = levers.tensor_names(model.kind, model.location, None)
+        else:
+            converter = get_converter(env.llama_cpp_dir)
+            inputs = levers.memo_inputs(model.kind, model.location, converter.identity())
+
+            def compute() -> list[str] | None:
+                return levers.tensor_names(model.kind, model.location, converter.script)
+
+            def keep(found: list[str] | None) -> bool:  # remembered only when the recipe is good
+                return bool(found) and not levers.override_problems(options, found)
+
+            names = remembered(env.cache_root, "tensor-names", inputs, compute, keep)
+        return [] if names is None else levers.override_problems(options, names)
 
     def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
         """A GGUF source: llama.cpp must read its vocabulary. A checkpoint: llama.cpp's converter must know its
@@ -121,6 +197,8 @@ class GGUFBuild(BuildBackend):
         env: BuildEnv,
         progress: Progress,
         calibration: Sequence[int] | None = None,
+        *,
+        imatrix: Path | None = None,
     ) -> tuple[str, dict[str, Any]]:
         source = converted / F16_FILE
         target = out_dir / ARTIFACT_FILE
@@ -129,6 +207,14 @@ class GGUFBuild(BuildBackend):
         fallbacks: Counter[str] = Counter()
         if scheme == "F16":
             shutil.copyfile(source, target)
+        elif options.uses_tools:
+            if problems := levers.override_problems(options, levers.tensor_names("gguf", source, None)):
+                raise UsageError("; ".join(f"{p.key}: {p.problem}" for p in problems), "fix the target's options")
+            stamp = {"edgekit.imatrix.sha256": sha256_file(imatrix)} if imatrix is not None else {}
+            with progress.task(f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"):
+                log = levers.quantize_with_tool(source, target, scheme, options, imatrix, out_dir / QUANTIZE_LOG,
+                                                env.threads, stamp)  # fmt: skip
+            fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         else:
             cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(target), scheme, "0"]
             with progress.task(f"quantize  GGUF {scheme} (llama_model_quantize)"):
@@ -144,6 +230,7 @@ class GGUFBuild(BuildBackend):
             "bytes_per_token": summary["bytes_per_token"],
             "tied_embeddings": summary["tied_embeddings"],
             "fallbacks": dict(fallbacks),
+            **lever_details(options, target),
         }
         if fallbacks:
             details["note"] = (
@@ -152,6 +239,20 @@ class GGUFBuild(BuildBackend):
                 f"{scheme}, the tensor types above are what was written"
             )
         return ARTIFACT_FILE, details
+
+
+def lever_details(options: GGUFOptions, artifact: Path) -> dict[str, Any]:
+    """The levers as the artifact records them: overrides asked for, and the importance matrix llama-quantize wrote."""
+    found: dict[str, Any] = {}
+    asked = {"output_tensor_type": options.output_tensor_type, "token_embedding_type": options.token_embedding_type}
+    asked = {k: v for k, v in asked.items() if v}
+    if options.tensor_overrides:
+        asked["tensor_overrides"] = [o.model_dump() for o in options.tensor_overrides]
+    if asked:
+        found["tensor_type_overrides"] = asked
+    if options.imatrix:
+        found["imatrix"] = metadata(artifact, "quantize.imatrix") | metadata(artifact, "edgekit.imatrix")
+    return found
 
 
 def _small_files(folder: Path) -> list[Path]:

@@ -77,6 +77,16 @@ class OpenVINOBuild(BuildBackend):
     required_modules = ("openvino", "openvino_tokenizers", "nncf", "optimum.intel", "torch", "transformers")
     options_model = OpenVINOOptions
     default_scheme_gates: ClassVar[dict[str, Gates]] = DEFAULT_GATES
+    # scheme = "auto": INT4 with 100%, 80%, 60% of the weights in INT4 (the rest INT8), each data-free and then
+    # with AWQ + scale estimation, then INT8 — cheapest (smallest) first.
+    default_ladder: ClassVar[tuple[tuple[str, dict[str, Any]], ...]] = (
+        *(
+            step
+            for ratio in (1.0, 0.8, 0.6)
+            for step in (("INT4", {"ratio": ratio}), ("INT4", {"ratio": ratio, "awq": True, "scale_estimation": True}))
+        ),
+        ("INT8", {}),
+    )
 
     def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
         assert isinstance(options, OpenVINOOptions)

@@ -53,7 +53,7 @@ def mlock_allowed(size: int) -> tuple[bool, str]:
     if soft == resource.RLIM_INFINITY or soft >= size:
         return True, "RLIMIT_MEMLOCK allows it"
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path("/proc/self/status").read_text(errors="replace").splitlines():
             if line.startswith("CapEff:") and int(line.split()[1], 16) & (1 << 14):  # CAP_IPC_LOCK
                 return True, "CAP_IPC_LOCK"
     except (OSError, ValueError):

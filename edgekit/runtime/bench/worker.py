@@ -52,7 +52,7 @@ def memory_status() -> dict[str, float]:
     }
     out: dict[str, float] = {}
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path("/proc/self/status").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
             if key in fields:
                 out[fields[key]] = round(int(value.split()[0]) / 1024, 1)

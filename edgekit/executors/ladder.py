@@ -1,0 +1,154 @@
+"""Ladders: the candidates of a `scheme = "auto"` target, run by the executor in order until one passes.
+
+Candidates are tasks like any other (keyed, cached, shared with an identical target); this module only decides
+which of them run: cheapest first, stopping at the first whose verdict is "pass" (objective "smallest"), or
+every one and then the bench of those that pass (objective "fastest"). The winner is settled into the bundle's
+targets under the target's name; when none passes, the closest candidate is kept and the target fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgekit.cache import CacheEntry
+from edgekit.executors.base import Executor
+from edgekit.gates import judge_artifact
+from edgekit.plan.build import Plan, bench_over, dependency_order
+from edgekit.plan.targets import renamed
+from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
+from edgekit.progress import Progress
+from edgekit.stages import quantize
+
+NOT_RUN = "not built"
+
+
+@dataclass
+class Rung:
+    """One candidate's outcome: what was built, its verdict against its gates, how far it missed them."""
+
+    label: str
+    scheme: str
+    artifact: str  # the candidate's artifact name (its figures in the bench)
+    verdict: str = NOT_RUN
+    judged: dict[str, Any] = field(default_factory=dict)  # checks, reasons (edgekit.gates.judge_artifact)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    size: int | None = None
+    bits_per_weight: float | None = None
+    miss: float | None = None  # the worst relative distance of a value from its threshold (0 when it passes)
+    decode_tok_s: float | None = None
+
+
+@dataclass
+class LadderOutcome:
+    target: str
+    objective: str
+    rungs: list[Rung]
+    kept: int  # the candidate in the bundle: the winner, or the closest when none passed
+    passed: bool
+    reason: str
+
+
+def miss(judged: dict[str, Any]) -> float:
+    """How far a candidate is from passing: the largest relative distance of a metric beyond its threshold."""
+    worst = 0.0
+    for check in judged.get("checks", []):
+        value, threshold = check.get("value"), check.get("threshold")
+        if value is None or not threshold:
+            continue
+        beyond = (value - threshold) if check["direction"] == "max" else (threshold - value)
+        worst = max(worst, beyond / abs(threshold))
+    return worst
+
+
+def run_ladders(plan: Plan, executor: Executor, entries: dict[str, CacheEntry], progress: Progress
+                ) -> tuple[Plan, dict[str, LadderOutcome]]:  # fmt: skip
+    """Run each ladder and settle its kept candidate into the bundle (then the bench of the settled targets).
+
+    The plan returned holds every task that ran, so the bundle's logs, memory record and cache repairs see
+    each candidate like any target."""
+    if not plan.bundle.auto:
+        return plan, {}
+    ladders = {auto.name: run_ladder(executor, auto, entries, progress) for auto in plan.bundle.auto}
+    bundle = settle(plan.bundle, ladders)
+    entries.update(executor.run(bundle.deps(), known=entries))
+    ran = [t for auto in plan.bundle.auto for c in auto.candidates for t in c.tasks() if t.key in entries]
+    tasks = dependency_order([*plan.tasks, *bundle.deps(), *ran])
+    return dataclasses.replace(plan, bundle=bundle, tasks=tasks), ladders
+
+
+def run_ladder(executor: Executor, auto: AutoTarget, entries: dict[str, CacheEntry], progress: Progress
+               ) -> LadderOutcome:  # fmt: skip
+    rungs = [Rung(c.label, c.scheme, c.quantize.name) for c in auto.candidates]
+    for i, (candidate, rung) in enumerate(zip(auto.candidates, rungs, strict=True)):
+        progress.log(f"{auto.name}: candidate {i + 1}/{len(rungs)} {candidate.label}")
+        entries.update(executor.run(candidate.tasks()[:2], known=entries))  # quantize and validate
+        _judge(candidate, rung, entries)
+        if auto.objective == "smallest" and rung.verdict == "pass":
+            break
+    if auto.objective == "fastest" and auto.bench is not None and any(r.verdict == "pass" for r in rungs):
+        entries.update(executor.run([auto.bench], known=entries))
+        figures = entries[auto.bench.key].result.get("artifacts") or {}
+        for rung in rungs:
+            rung.decode_tok_s = (figures.get(rung.artifact) or {}).get("decode_tok_s")
+    return _decide(auto, rungs)
+
+
+def _judge(candidate: TargetPlan, rung: Rung, entries: dict[str, CacheEntry]) -> None:
+    artifact = quantize.artifact(candidate.quantize, entries[candidate.quantize.key])
+    rung.size, rung.bits_per_weight = artifact.size, artifact.details.get("bits_per_weight")
+    if candidate.validate is None:
+        return
+    result = entries[candidate.validate.key].result
+    rung.judged = judge_artifact(result, candidate.gates)
+    rung.verdict, rung.metrics, rung.miss = rung.judged["verdict"], result.get("metrics") or {}, miss(rung.judged)
+
+
+def _first_failure(rung: Rung) -> str:
+    for check in rung.judged.get("checks", []):
+        if check["verdict"] != "pass":
+            op = "≤" if check["direction"] == "max" else "≥"
+            return f"{check['metric']} {check['value']:.4g}, needs {op} {check['threshold']:g} ({check['verdict']})"
+    return rung.verdict
+
+
+def _decide(auto: AutoTarget, rungs: list[Rung]) -> LadderOutcome:
+    passing = [i for i, r in enumerate(rungs) if r.verdict == "pass"]
+    failed = "; ".join(f"{r.label}: {_first_failure(r)}" for r in rungs if r.verdict not in ("pass", NOT_RUN))
+    if not passing:
+        ran = [i for i, r in enumerate(rungs) if r.verdict != NOT_RUN]
+        closest = min(ran, key=lambda i: (rungs[i].miss if rungs[i].miss is not None else float("inf"), i))
+        return LadderOutcome(auto.name, auto.objective, rungs, closest, False,
+                             f"no candidate passes every gate; the closest is {rungs[closest].label} "
+                             f"({_first_failure(rungs[closest])}), kept in the bundle as {auto.name}, which fails. "
+                             f"Candidates: {failed}")  # fmt: skip
+    timed = [i for i in passing if rungs[i].decode_tok_s]
+    if auto.objective == "fastest" and timed:
+        best = max(timed, key=lambda i: (rungs[i].decode_tok_s, -i))
+        others = ", ".join(f"{rungs[i].label} {rungs[i].decode_tok_s:.1f}" for i in timed if i != best)
+        reason = (
+            f"{rungs[best].label} decodes fastest on this box of the {len(passing)} candidates that pass every "
+            f"gate: {rungs[best].decode_tok_s:.1f} tok/s" + (f" (others: {others} tok/s)" if others else "")
+        )
+        return LadderOutcome(auto.name, auto.objective, rungs, best, True, reason)
+    best = passing[0]
+    skipped = sum(1 for r in rungs if r.verdict == NOT_RUN)
+    reason = f"{rungs[best].label} is the first candidate, cheapest first, that passes every gate"
+    reason += f"; cheaper candidates failed: {failed}" if failed else ""
+    reason += f"; {skipped} more expensive candidate(s) were not built" if skipped else ""
+    return LadderOutcome(auto.name, auto.objective, rungs, best, True, reason)
+
+
+def settle(bundle: BundleTask, outcomes: dict[str, LadderOutcome]) -> BundleTask:
+    """The bundle with each ladder's kept candidate among its targets (recipe order), its benches re-formed."""
+    targets = list(bundle.targets)
+    for auto in sorted(bundle.auto, key=lambda a: a.position):
+        kept = renamed(auto.candidates[outcomes[auto.name].kept], auto.name)
+        targets.insert(min(auto.position, len(targets)), kept)
+    report = bundle.report
+    bench = bundle.bench
+    if bench is not None:
+        bench = bench_over(bench, targets, report.exclude_failed, report.on_inconclusive)
+    boxes = tuple(bench_over(b, targets, report.exclude_failed, report.on_inconclusive) for b in bundle.box_benches)
+    return dataclasses.replace(bundle, targets=tuple(targets), auto=(), bench=bench, box_benches=boxes)
