@@ -176,10 +176,12 @@ def client_for(args: argparse.Namespace, connections: int) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=connections))
 
 
-def long_prompt(words: int) -> str:
-    """The first `words` words of the novel after its title page: the same text on every run and server."""
+def long_prompt(words: int, run: int = 0) -> str:
+    """`words` words of the novel, the same on both servers within a run and another passage each run:
+    servers keep prompts they have seen, so a passage of an earlier run would not be cold."""
     text = NOVEL.read_text(encoding="utf-8").split()
-    return "Summarise the following text in one sentence.\n\n" + " ".join(text[200 : 200 + words])
+    start = 200 + run * words % max(1, len(text) - 200 - words)
+    return "Summarise the following text in one sentence.\n\n" + " ".join(text[start : start + words])
 
 
 async def mixed_round(url: str, args: argparse.Namespace, client: httpx.AsyncClient, prompt: str) -> dict[str, Any]:
@@ -240,8 +242,8 @@ def _round_figures(long: Outcome, streams: list[Outcome]) -> dict[str, Any]:
     }
 
 
-async def mixed_load(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    prompt = long_prompt(args.long_words)
+async def mixed_load(url: str, args: argparse.Namespace, run: int = 0) -> dict[str, Any]:
+    prompt = long_prompt(args.long_words, run)
     rounds = []
     async with client_for(args, args.streams + 1) as client:
         for _ in range(args.rounds):
@@ -332,7 +334,7 @@ async def run_all(urls: list[str], args: argparse.Namespace) -> dict[str, Any]:
         run: dict[str, dict[str, Any]] = {u: {} for u in urls}
         for url in order:
             for load in loads:
-                run[url][load] = await (repeated_load(url, args) if load == "repeated" else mixed_load(url, args))
+                run[url][load] = await (repeated_load(url, args) if load == "repeated" else mixed_load(url, args, i))
         runs.append(run)
     return {"runs": runs, "summary": summarise(urls, runs)}
 
