@@ -224,7 +224,9 @@ def test_a_ladder_runs_its_candidates_on_the_cluster(cluster: Cluster, tiny_mode
     project = make_project(
         tmp_path / "p", tiny_model, recipe("tiny-ladder", body, VALIDATION + "\n[bench]\nenabled = false\n")
     )
-    code, log = finished(edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address))
+    # A cache of its own: the module's shared one may already hold the tiny model's Q8_0 from another test.
+    build = edgekit_build(cluster, project, "recipe.toml", "--cluster", cluster.address, cache=tmp_path / "cache")
+    code, log = finished(build)
     assert code == 0, log[-3000:]
     starts = started_lines(log)
     for what in ("quantize gguf-auto.Q8_0", "quantize gguf-auto.Q4_K_M-imatrix", "imatrix 2×128", "validate"):
