@@ -251,7 +251,7 @@ def lever_details(options: GGUFOptions, artifact: Path) -> dict[str, Any]:
     if asked:
         found["tensor_type_overrides"] = asked
     if options.imatrix:
-        found["imatrix"] = metadata(artifact, "quantize.imatrix") | metadata(artifact, "edgekit.imatrix")
+        found["imatrix"] = metadata(artifact, ("quantize.imatrix", "edgekit.imatrix"))
     return found
 
 

@@ -55,7 +55,7 @@ def tensor_summary(path: Path) -> dict[str, Any]:
     }
 
 
-def metadata(path: Path, prefix: str = "") -> dict[str, Any]:
+def metadata(path: Path, prefix: str | tuple[str, ...] = "") -> dict[str, Any]:
     import gguf
 
     reader = gguf.GGUFReader(path)
