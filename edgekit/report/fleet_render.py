@@ -7,7 +7,7 @@ from typing import Any
 
 from edgekit.fsutil import write_json_atomic, write_text_atomic
 from edgekit.report.render import _environment
-from edgekit.report.text import fmt
+from edgekit.report.text import fmt, mib
 
 FLEET_FILE = "fleet-report"
 
@@ -17,7 +17,7 @@ def fleet_view(fleet: dict[str, Any]) -> dict[str, Any]:
         {
             **row,
             "box": row["box"] or "—",
-            "size": f"{row['size'] / 2**20:,.1f} MiB" if row.get("size") else "—",
+            "size": mib(row.get("size")),
             "decode": fmt(row.get("decode_tok_s")),
             "ttft": fmt(row.get("ttft_ms")),
             "rss": fmt(row.get("peak_rss_mib")),

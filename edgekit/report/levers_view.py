@@ -7,18 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgekit.report.text import fmt, fmt_ci
+from edgekit.report.text import anchor, fmt, metric_cell, mib
 
 TOP_LAYERS = 8
-
-
-def _cell(metrics: dict[str, Any], key: str, kind: str = "g") -> dict[str, str]:
-    est = metrics.get(key)
-    return {"value": fmt(est.get("value"), kind), "ci": fmt_ci(est, kind)} if est else {"value": "—", "ci": ""}
-
-
-def _mib(size: int | None) -> str:
-    return f"{size / 2**20:,.1f} MiB" if size else "—"
 
 
 def _ladder(ladder: dict[str, Any]) -> dict[str, Any]:
@@ -29,17 +20,17 @@ def _ladder(ladder: dict[str, Any]) -> dict[str, Any]:
             "label": c["label"],
             "verdict": c["verdict"],
             "kept": c["kept"],
-            "size": _mib(c.get("size")),
+            "size": mib(c.get("size")),
             "bits_per_weight": fmt(c.get("bits_per_weight")) if c.get("bits_per_weight") else "—",
-            "kld_mean": _cell(metrics, "kld_mean"),
-            "top1": _cell(metrics, "top1", "%"),
-            "ppl_ratio": _cell(metrics, "ppl_ratio"),
+            "kld_mean": metric_cell(metrics, "kld_mean"),
+            "top1": metric_cell(metrics, "top1", "%"),
+            "ppl_ratio": metric_cell(metrics, "ppl_ratio"),
             "decode": fmt(c["decode_tok_s"]) if c.get("decode_tok_s") else "—",
             "why": "; ".join(c.get("reasons") or []) or ("passes every gate" if c["verdict"] == "pass" else ""),
         })  # fmt: skip
     return {
         "target": ladder["target"],
-        "anchor": "ladder-" + "".join(ch if ch.isalnum() else "-" for ch in ladder["target"]),
+        "anchor": "ladder-" + anchor(ladder["target"]),
         "objective": ladder["objective"],
         "passed": ladder["passed"],
         "kept": ladder["kept"],
@@ -54,10 +45,10 @@ def _side(side: dict[str, Any]) -> dict[str, Any]:
     return {
         "artifact": side["artifact"],
         "verdict": side["verdict"],
-        "size": _mib(side.get("size")),
-        "kld_mean": _cell(metrics, "kld_mean"),
-        "top1": _cell(metrics, "top1", "%"),
-        "ppl_ratio": _cell(metrics, "ppl_ratio"),
+        "size": mib(side.get("size")),
+        "kld_mean": metric_cell(metrics, "kld_mean"),
+        "top1": metric_cell(metrics, "top1", "%"),
+        "ppl_ratio": metric_cell(metrics, "ppl_ratio"),
     }
 
 
@@ -70,8 +61,8 @@ def _comparison(c: dict[str, Any]) -> dict[str, Any]:
         "scheme": c["scheme"],
         "with": _side(c["with"]),
         "without": _side(c["without"]),
-        "kld_diff": _cell(diff, "kld_mean"),
-        "top1_diff": _cell(diff, "top1", "pp"),
+        "kld_diff": metric_cell(diff, "kld_mean"),
+        "top1_diff": metric_cell(diff, "top1", "pp"),
         "source": _range_text(details.get("calibration") or {}),
         "chunks": details.get("chunks"),
         "chunk_tokens": details.get("chunk_tokens"),

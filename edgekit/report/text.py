@@ -18,6 +18,21 @@ def fmt(value: Any, kind: str = "g") -> str:
     return f"{value:.4g}"
 
 
+def metric_cell(metrics: dict[str, Any], key: str, kind: str = "g") -> dict[str, str]:
+    """A metric's estimate and its interval, as two strings ("—" and "" when it was not measured)."""
+    est = metrics.get(key)
+    return {"value": fmt(est.get("value"), kind), "ci": fmt_ci(est, kind)} if est else {"value": "—", "ci": ""}
+
+
+def mib(size: int | float | None) -> str:
+    return f"{size / 2**20:,.1f} MiB" if size else "—"
+
+
+def anchor(name: str) -> str:
+    """An HTML id from a name: every character but letters and digits becomes '-'."""
+    return "".join(c if c.isalnum() else "-" for c in name)
+
+
 def fmt_ci(estimate: dict[str, Any] | None, kind: str = "g") -> str:
     if not estimate:
         return ""

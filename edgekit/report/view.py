@@ -18,7 +18,7 @@ from edgekit.report.sections import (
     sequential_text,
     to_decide_text,
 )
-from edgekit.report.text import fmt, fmt_ci, sample_size, type_mix_text, type_params
+from edgekit.report.text import anchor, fmt, fmt_ci, metric_cell, mib, sample_size, type_mix_text, type_params
 
 # key, label, what it is, format ("g" significant digits, "%" percentage)
 METRICS: tuple[tuple[str, str, str, str], ...] = (
@@ -136,20 +136,16 @@ def _type_rows(tensor_types: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _summary_row(name: str, kind: str, verdict: str, metrics: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    def cell(key: str, k: str = "g") -> dict[str, str]:
-        est = metrics.get(key)
-        return {"value": fmt(est.get("value"), k) if est else "—", "ci": fmt_ci(est, k) if est else ""}
-
     cloze = extra.pop("cloze", None)
     return {
         "name": name,
         "kind": kind,
         "verdict": verdict,
-        "kld_mean": cell("kld_mean"),
-        "kld_p99": cell("kld_p99"),
-        "top1": cell("top1", "%"),
-        "ppl_ratio": cell("ppl_ratio"),
-        "dp_rms": cell("dp_rms"),
+        "kld_mean": metric_cell(metrics, "kld_mean"),
+        "kld_p99": metric_cell(metrics, "kld_p99"),
+        "top1": metric_cell(metrics, "top1", "%"),
+        "ppl_ratio": metric_cell(metrics, "ppl_ratio"),
+        "dp_rms": metric_cell(metrics, "dp_rms"),
         "cloze_drop": {"value": fmt(cloze["drop"]["value"], "pp"), "ci": fmt_ci(cloze["drop"], "pp")}
         if cloze
         else {"value": "—", "ci": ""},
@@ -168,23 +164,19 @@ def _quantile_rows(dist: dict[str, Any] | None) -> list[dict[str, str]]:
     return rows
 
 
-def _anchor(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name)
-
-
 def _artifact_view(a: dict[str, Any], per_window: tuple[int, int] | None) -> dict[str, Any]:
     metrics = a.get("metrics") or {}
     types = a.get("tensor_types") or {}
     task_gated = (a.get("gates") or {}).get("task_drop_max") is not None
     return {
         "name": a["name"],
-        "anchor": "artifact-" + _anchor(a["name"]),
+        "anchor": "artifact-" + anchor(a["name"]),
         "backend": a.get("backend", ""),
         "scheme": a.get("scheme", ""),
         "verdict": a.get("verdict", "not validated"),
         "required": a.get("required"),
         "excluded": bool(a.get("excluded")),
-        "size": f"{a['size'] / 2**20:,.1f} MiB" if a.get("size") else "—",
+        "size": mib(a.get("size")),
         "bits_per_weight": fmt(a.get("bits_per_weight")) if a.get("bits_per_weight") else "—",
         "type_mix": type_mix_text(types) if types else "—",
         "sha256": a.get("sha256") or "—",
@@ -295,7 +287,7 @@ def view(report: dict[str, Any], plots: dict[str, tuple[str, bytes]] | None = No
         "repairs": repairs_view(report.get("cache_repairs")),
         "memory": memory_view(report.get("memory"), (report.get("reference") or {}).get("memory")),
         "box_benches": [
-            {"box": box, "anchor": _anchor(box), "bench": bench_view(bench)}
+            {"box": box, "anchor": anchor(box), "bench": bench_view(bench)}
             for box, bench in sorted((report.get("benches") or {}).items())
         ],
         "gate_labels": GATE_LABELS,
