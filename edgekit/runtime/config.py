@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,9 +46,11 @@ class RuntimeConfig(BaseModel):
     max_queue: int = Field(16, ge=1)
     max_request_tokens: int = Field(512, ge=1)
     # serve: prompt prefixes kept in host memory beyond the slots' own (0: only the slots'), and prompt
-    # tokens prefilled per step while other sequences are generating (a long prompt does not stall them).
+    # tokens prefilled per step while other sequences are generating (a long prompt does not stall them):
+    # "auto", as many as keep such a step within max_stall × a decode-only step, or a fixed number.
     prefix_cache: int = Field(8, ge=0, le=256)
-    prefill_chunk: int = Field(64, ge=1, le=65536)
+    prefill_chunk: Annotated[int, Field(ge=1, le=65536)] | Literal["auto"] = "auto"
+    max_stall: float = Field(4.0, ge=1.1, le=100.0)
     derived_from: str = "recipe defaults"
     # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see README).
     num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS

@@ -13,8 +13,9 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
                             fingerprint
     bandwidth               array_mib, kernels_gib_s_by_processes {P: {copy|add|triad|read: summary}},
                             best_gib_s_by_processes {P: GiB/s}  (STREAM-style probe, P processes at once)
-    compute                 kernels_gops_by_threads {T: {fp16|int8: summary}}, best_gops_by_threads {T: {fp16,
-                            int8}}: ggml's F16 and Q8_0 matrix × vector rate on cache-resident weights, GOP/s
+    compute                 kernels_gops_by_threads {T: {type: summary}}, best_gops_by_threads {T: {type: GOP/s}}:
+                            ggml's matrix × vector rate for each GGUF weight type (F16, Q8_0, Q4_K…) on
+                            cache-resident weights, repacked where llama.cpp repacks them
                             (or {skipped: reason})
     peer                    tool ("llama-bench"), available, what (its llama.cpp commit), settings (what
                             llama-bench reported it ran with), missing (why there is no peer row), failed
@@ -37,7 +38,7 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
         bandwidth_gib_s     best measured bandwidth with up to n_threads processes
         roofline_tok_s      bandwidth_gib_s × 2^30 ÷ bytes_per_token: decode speed if only memory limited it
         roofline_ratio      decode_tok_s ÷ roofline_tok_s
-        ops_per_token, compute_gops {fp16, int8}    2 × weights multiplied per token; the rates at n_threads
+        ops_per_token, compute_gops {type: GOP/s}   2 × weights multiplied per token; the rates at n_threads
         compute_roof_tok_s  1 ÷ Σ(ops per token of each tensor type ÷ its rate): decode if only compute limited it
         compute_roof_ratio  decode_tok_s ÷ compute_roof_tok_s
         roof_tok_s, roof_ratio, bound_by    the lower roof, decode ÷ it, and which one it is

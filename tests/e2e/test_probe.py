@@ -14,6 +14,7 @@ import pytest
 
 from edgekit.runtime.bench.peer import find_tool
 from edgekit.runtime.bench.schema import schema_problems
+from edgekit.runtime.gguf_tensors import matmul_params_by_type
 
 RECIPE = """
 [model]
@@ -68,6 +69,8 @@ def test_the_bench_has_the_peer_row_and_both_roofs(bundle: Path) -> None:
     assert tiny["compute_roof_tok_s"] > 0 and tiny["roof_tok_s"] == min(tiny["compute_roof_tok_s"],
                                                                         tiny["roofline_tok_s"])  # fmt: skip
     assert tiny["bound_by"] in ("compute", "bandwidth")
+    artifact = bundle / "models" / "gguf-Q8_0.gguf"
+    assert set(tiny["compute_gops"]) == set(matmul_params_by_type(artifact))  # each type at its own kernel's rate
     tool, _ = find_tool()
     if tool is None:  # the toolchain has no llama-bench: the bench says so, with the command that builds it
         assert bench["peer"]["available"] is False and "edgekit toolchain --tools" in bench["peer"]["missing"]

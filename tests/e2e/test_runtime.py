@@ -7,8 +7,10 @@ JSON is well formed.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -341,6 +343,10 @@ def test_dockerfile_edge_is_well_formed_for_the_bundle(default_build: BuildResul
     llama_pin = next(r for r in runtime_extra if r.startswith("llama-cpp-python"))
     assert f"LLAMA_CPP_PYTHON={llama_pin}" in text
     assert f'EDGEKIT_SPEC="edgekit[runtime]=={__version__}"' in text and "GGML_NATIVE=OFF" in text
+    check = re.search(r'python -c "import ([^"]+)"', text)
+    assert check, "the image build checks its runtime imports"
+    for module in check.group(1).split(", "):  # a module that moved must not break the image build
+        importlib.import_module(module)
 
 
 def test_the_image_build_step_keeps_exactly_the_manifest(default_build: BuildResult, tmp_path: Path) -> None:

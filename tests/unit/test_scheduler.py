@@ -16,6 +16,7 @@ from _tiny_gguf import write_tiny_gguf
 from edgekit.backends.gguf.engine import GGUFEngine
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.serve.metrics import ServeMetrics
+from edgekit.runtime.serve.prefill_budget import PrefillBudget
 from edgekit.runtime.serve.scheduler import Request, Scheduler
 
 CHUNK = 8
@@ -54,10 +55,10 @@ async def drain(request: Request) -> list[str]:
             return kinds
 
 
-def run(engine: Any, body: Any) -> Any:
+def run(engine: Any, body: Any, prefill_chunk: int | str = CHUNK) -> Any:
     async def main() -> Any:
         metrics = ServeMetrics()
-        scheduler = Scheduler(engine, max_queue=4, metrics=metrics, prefill_chunk=CHUNK)
+        scheduler = Scheduler(engine, max_queue=4, metrics=metrics, prefill_chunk=prefill_chunk)  # type: ignore[arg-type]
         scheduler.start()
         try:
             return await body(scheduler, metrics, asyncio.get_running_loop())
@@ -90,6 +91,41 @@ def test_a_long_prompt_is_fed_in_chunks_while_a_stream_keeps_producing_tokens(en
         assert between >= chunks - 1, (between, chunks)  # one stream token per chunk, none held back
 
     run(engine, body)
+
+
+class CountingBudget(PrefillBudget):
+    """The auto budget, with what each step reported to it kept (its timings are the machine's: not checked)."""
+
+    def __init__(self) -> None:
+        super().__init__(chunk=None)
+        self.steps: list[tuple[int, int, int]] = []  # (budget given, running sequences, prompt tokens taken)
+
+    def tokens(self) -> int:
+        return min(super().tokens(), 6)
+
+    def observe(self, seconds: float, decoding: int, prompt_tokens: int) -> None:
+        self.steps.append((self.tokens(), decoding, prompt_tokens))
+        super().observe(seconds, decoding, prompt_tokens)
+
+
+def test_the_budget_is_told_the_prompt_tokens_each_step_took(engine: GGUFEngine) -> None:
+    async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> None:
+        scheduler.prefill = budget = CountingBudget()
+        stream = new(engine, "the cat sat on", 300, loop)
+        scheduler.submit(stream)
+        for _ in range(5):
+            assert (await stream.events.get())[0] == "text"
+        long = new(engine, "a long prompt about many things " * 12, 2, loop)
+        scheduler.submit(long)
+        assert (await drain(long))[-1] == "done"
+        scheduler.cancel(stream)
+        mixed = [(given, taken) for given, running, taken in budget.steps if running and taken]
+        assert sum(taken for _, taken in mixed) == len(long.prompt_ids)  # a cold slot: all of it, once
+        assert all(taken <= given for given, taken in mixed) and len(mixed) >= len(long.prompt_ids) // 6
+        assert budget.decode_s is not None and budget.token_s is not None
+        assert 1 <= metrics.value("edgekit_prefill_budget_tokens") <= 6
+
+    run(engine, body, prefill_chunk="auto")
 
 
 def test_a_repeated_prompt_reuses_its_prefix_and_counts_it(engine: GGUFEngine) -> None:

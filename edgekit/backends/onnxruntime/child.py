@@ -22,10 +22,16 @@ import numpy as np
 
 from edgekit.backends.calibration import calibration_windows
 from edgekit.backends.child import read_spec
+from edgekit.weights import CheckpointTensors
 
 MODEL = "model.onnx"
 EXTERNAL_DATA = "model.onnx_data"
 EXTERNAL_ABOVE = 1_800_000_000  # protobuf's 2 GB limit, with room for the graph itself
+
+
+def _fp32_bytes(checkpoint: Path) -> int:
+    """The size of the FP32 ONNX export of `checkpoint`'s weights (optimum exports in FP32)."""
+    return 4 * sum(t.numel for t in CheckpointTensors(checkpoint).tensors.values())
 
 
 def export(spec: dict[str, Any]) -> None:
@@ -42,6 +48,9 @@ def export(spec: dict[str, Any]) -> None:
         do_validation=False,
         local_files_only=True,
         library_name="transformers",
+        # optimum's post-processing (dropping the duplicate of a tied embedding) serializes the whole model
+        # as one protobuf, which fails above 2 GB ("Failed to serialize proto"): a larger export keeps both
+        no_post_process=_fp32_bytes(checkpoint) > EXTERNAL_ABOVE,
     )
     print(f"exported in {time.time() - started:.1f} s", flush=True)
     started = time.time()

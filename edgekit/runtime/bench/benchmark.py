@@ -9,7 +9,7 @@ and then summarised by its median over the runs.
 Phase 1 sweeps the thread counts (decode and prompt separately) and picks the tuned settings;
 phase 2 measures loads, the tuned configuration at each concurrency, llama.cpp's own llama-bench
 on the same file and threads (the peer row), and the default-settings `Llama()` row. Before them,
-the machine's two roofs: memory bandwidth and the fp16/int8 dot-product rate. No torch, no build
+the machine's two roofs: memory bandwidth and each weight type's dot-product rate. No torch, no build
 stages: this runs on the edge box too.
 """
 
@@ -30,7 +30,7 @@ from edgekit.runtime.bench.stats import ratio
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-BENCH_METHOD = 4
+BENCH_METHOD = 5  # 5: warm, repeated prompt timings; a compute rate per GGUF tensor type
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
 # to the rest of the box and spin less when the box is busy.
 THREAD_TOLERANCE = 0.03
@@ -144,6 +144,7 @@ class Benchmark:
             "prompt_tokens": s.prompt_tokens,
             "gen_tokens": s.gen_tokens,
             "warmup_tokens": s.warmup_tokens,
+            "prompt_runs": s.prompt_runs,
             "cpus": list(s.cpus) if s.cpus else None,
         }
 
@@ -170,14 +171,18 @@ class Benchmark:
         }
 
     def _compute(self) -> dict[str, Any]:
-        """The fp16/int8 dot-product rate at each swept thread count (llama.cpp's kernels: GGUF artifacts only)."""
-        if not self.settings.compute or not any(t.backend == "gguf" for t in self.targets):
+        """Each GGUF weight type's dot-product rate at each swept thread count (llama.cpp's own kernels)."""
+        gguf = [t for t in self.targets if t.backend == "gguf" and t.path.is_file()]
+        if not self.settings.compute or not gguf:
             return {"skipped": "not measured ([bench] compute = false, or no GGUF artifact)"}
+        from edgekit.runtime.gguf_tensors import matmul_params_by_type
+
+        types = sorted({kind for t in gguf for kind in matmul_params_by_type(t.path)})
         counts = sorted({t for t in self.threads if t <= self.machine["logical_cores"]} or {1})
         by_threads: dict[str, Any] = {}
         for threads in counts:
-            self.log(f"bench  dot-product rate (fp16, int8), {threads} thread(s)")
-            job = {"kind": "compute", "threads": threads, "runs": self.settings.runs,
+            self.log(f"bench  dot-product rate ({', '.join(types)}), {threads} thread(s)")
+            job = {"kind": "compute", "threads": threads, "runs": self.settings.runs, "types": types,
                    "cpus": list(self.settings.cpus) if self.settings.cpus else None}  # fmt: skip
             by_threads[str(threads)] = self._job(job)["kernels"]
         return {
@@ -185,8 +190,9 @@ class Benchmark:
             "best_gops_by_threads": {
                 t: {k: v["median"] for k, v in kernels.items()} for t, kernels in by_threads.items()
             },
-            "note": "ggml matrix × vector products on cache-resident weights: F16 (fp16) and Q8_0 (int8); GOP/s, "
-            "one multiply-add = 2 operations; median of the runs",
+            "note": "ggml matrix × vector products on cache-resident weights of each GGUF tensor type, in the buffer "
+            "llama.cpp loads them into (CPU_REPACK where it repacks); GOP/s, one multiply-add = 2 operations; "
+            "median of the runs",
         }
 
     def _peer_summary(self, gguf: list[BenchTarget]) -> dict[str, Any]:

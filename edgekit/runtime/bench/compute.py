@@ -1,18 +1,15 @@
 """The compute roof: how fast this CPU multiplies weights by a vector, with llama.cpp's own kernels.
 
 Decode is a matrix-vector product per weight matrix. When the weights come from memory, bandwidth
-bounds it (the bandwidth roof); when they are already in cache, the dot-product rate does. This probe
+bounds it (the bandwidth roof); when they are already in cache, the kernel's arithmetic does. This probe
 measures that rate with ggml (the library llama-cpp-python ships), through its C API: a weight matrix
-small enough to stay in the caches (1 MiB or less), multiplied by one activation vector, many times
-per graph, with `n` threads. Two kernels:
-
-    fp16   F16 weights × F16 activations (ggml's float path: F16C conversion and FMA on x86)
-    int8   Q8_0 weights × Q8_0 activations (ggml's int8 dot products: AVX2/AVX512-VNNI on x86)
+that stays in the caches, multiplied by one activation vector, many times per graph, with `n` threads.
+One kernel per GGUF tensor type the artifacts multiply by (F16, Q8_0, Q4_K, Q6_K…), each in the buffer
+llama.cpp would load it into (CPU_REPACK where it repacks): K-quants unpack 4- and 6-bit values in
+registers, and that can beat Q8_0's kernel, so one int8 rate for every quantized type misplaces the roof.
 
 The rate is operations per second (one multiply-add = 2 operations). A model's compute roof is
-1 ÷ Σ(operations per token of each weight type ÷ its rate): float weights at the fp16 rate, quantized
-ones at the int8 rate (K-quants unpack 4- and 6-bit values to int8 first, so they reach less of it:
-the roof is an upper bound, like the bandwidth roof).
+1 ÷ Σ(operations per token of each weight type ÷ that type's rate): an upper bound, like the bandwidth roof.
 """
 
 from __future__ import annotations
@@ -26,12 +23,12 @@ import numpy as np
 
 from edgekit.runtime.bench.stats import summary
 
-GGML_TYPES = {"fp16": 1, "int8": 8}  # GGML_TYPE_F16, GGML_TYPE_Q8_0
-# 512K weights: 1 MiB in F16, 544 KiB in Q8_0, in the caches of any current CPU (a smaller or larger matrix
-# gives the same rate on an AMD EPYC: the kernel, not the cache, sets it)
-ROWS, COLS = 256, 2048
+DEFAULT_TYPES = ("F16", "Q8_0")  # measured when no artifact says which types it multiplies by
+# A 2048 × 2048 matrix, a 1B model's attention projection: 8 MiB in F16, 2.3 MiB in Q4_K, in the last-level
+# cache of any current server CPU. Smaller matrices measure the threads' barrier at every product instead of
+# the kernel (256 rows: Q4_K at 110 GOP/s with 2 threads on an AMD EPYC; 2048 rows: 141, as in decode).
+ROWS, COLS = 2048, 2048
 NODES = 64  # products per graph, so thread start-up is a small share of each graph
-FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
 class _InitParams(ctypes.Structure):
@@ -61,30 +58,75 @@ def _libraries() -> tuple[Any, Any]:
         ("ggml_new_graph", p, [p]),
         ("ggml_build_forward_expand", None, [p, p]),
         ("ggml_quantize_chunk", ctypes.c_size_t, [ctypes.c_int, p, p, i64, i64, i64, p]),
+        ("ggml_quantize_requires_imatrix", ctypes.c_bool, [ctypes.c_int]),
+        ("ggml_backend_reg_dev_get", p, [p, ctypes.c_size_t]),
+        ("ggml_backend_reg_get_proc_address", p, [p, ctypes.c_char_p]),
+        ("ggml_backend_dev_supports_op", ctypes.c_bool, [p, p]),
+        ("ggml_backend_buft_name", ctypes.c_char_p, [p]),
+        ("ggml_backend_cpu_buffer_type", p, []),
+        ("ggml_backend_alloc_ctx_tensors_from_buft", p, [p, p]),
+        ("ggml_backend_buffer_free", None, [p]),
+        ("ggml_backend_tensor_set", None, [p, p, ctypes.c_size_t, ctypes.c_size_t]),
     ):
         fn = getattr(base, name)
         fn.restype, fn.argtypes = restype, argtypes
     cpu.ggml_graph_plan.restype, cpu.ggml_graph_plan.argtypes = _Plan, [p, ctypes.c_int, p]
     cpu.ggml_graph_compute.restype, cpu.ggml_graph_compute.argtypes = ctypes.c_int, [p, ctypes.POINTER(_Plan)]
     cpu.ggml_cpu_init.restype, cpu.ggml_cpu_init.argtypes = None, []
+    cpu.ggml_backend_cpu_reg.restype, cpu.ggml_backend_cpu_reg.argtypes = p, []
     cpu.ggml_cpu_init()
     return base, cpu
 
 
-def _rate(base: Any, cpu: Any, kind: str, threads: int, seconds: float) -> float:
-    """Operations per second of one F16 or Q8_0 matrix-vector product, measured for about `seconds`."""
-    ctx = base.ggml_init(_InitParams(16 * 2**20, None, False))
+def _type_id(name: str) -> int:
+    import gguf
+
+    return int(gguf.GGMLQuantizationType[name].value)
+
+
+def _extra_buffer_types(base: Any, cpu: Any) -> tuple[Any, list[int]]:
+    """The CPU device and its extra weight buffer types (CPU_REPACK…), in the order llama.cpp tries them."""
+    reg = cpu.ggml_backend_cpu_reg()
+    device = base.ggml_backend_reg_dev_get(reg, 0)
+    address = base.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+    if not address:
+        return device, []
+    listing = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(address)(device)
+    found: list[int] = []
+    while listing and listing[len(found)]:
+        found.append(listing[len(found)])
+    return device, found
+
+
+def _weights(base: Any, cpu: Any, type_name: str) -> tuple[Any, Any, Any]:
+    """(context, buffer, tensor): ROWS × COLS weights of `type_name` in the buffer type llama.cpp would load
+    them into: the first extra buffer type whose kernel takes a matrix × vector of them (CPU_REPACK
+    interleaves Q4_0, Q4_K, Q8_0… rows for its own kernels), else plain CPU memory."""
+    values = np.random.default_rng(0).standard_normal((ROWS, COLS), dtype=np.float32)
+    device, extras = _extra_buffer_types(base, cpu)
+    for buffer_type in [*extras, base.ggml_backend_cpu_buffer_type()]:
+        ctx = base.ggml_init(_InitParams(1 * 2**20, None, True))
+        weights = base.ggml_new_tensor_2d(ctx, _type_id(type_name), COLS, ROWS)
+        buffer = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buffer_type)
+        probe_op = base.ggml_mul_mat(ctx, weights, base.ggml_new_tensor_2d(ctx, 0, COLS, 1))
+        if buffer and (buffer_type not in extras or base.ggml_backend_dev_supports_op(device, probe_op)):
+            data = ctypes.create_string_buffer(base.ggml_nbytes(weights))
+            base.ggml_quantize_chunk(_type_id(type_name), values.ctypes.data, data, 0, ROWS, COLS, None)
+            base.ggml_backend_tensor_set(weights, data, 0, len(data))  # the buffer type repacks here
+            return ctx, buffer, weights
+        if buffer:
+            base.ggml_backend_buffer_free(buffer)
+        base.ggml_free(ctx)
+    raise MemoryError(f"ggml could not allocate {type_name} weights")
+
+
+def _rate(base: Any, cpu: Any, type_name: str, threads: int, seconds: float) -> float:
+    """Operations per second of one matrix-vector product with `type_name` weights, measured for `seconds`."""
+    weights_ctx, buffer, weights = _weights(base, cpu, type_name)
+    ctx = base.ggml_init(_InitParams(16 * 2**20, None, False))  # the vectors and products
     if not ctx:
         raise MemoryError("ggml_init could not allocate its 16 MiB context")
     try:
-        weights = base.ggml_new_tensor_2d(ctx, GGML_TYPES[kind], COLS, ROWS)
-        values = np.random.default_rng(0).standard_normal((ROWS, COLS), dtype=np.float32)
-        if kind == "fp16":
-            halves = values.astype(np.float16)  # kept alive until the copy is done
-            ctypes.memmove(base.ggml_get_data(weights), halves.ctypes.data, halves.nbytes)
-        else:
-            base.ggml_quantize_chunk(GGML_TYPES[kind], values.ctypes.data, base.ggml_get_data(weights), 0, ROWS, COLS,
-                                     None)  # fmt: skip
         graph = base.ggml_new_graph(ctx)
         for node in range(NODES):
             vector = base.ggml_new_tensor_2d(ctx, 0, COLS, 1)  # GGML_TYPE_F32
@@ -104,22 +146,37 @@ def _rate(base: Any, cpu: Any, kind: str, threads: int, seconds: float) -> float
                 return 2.0 * ROWS * COLS * NODES * runs / elapsed
     finally:
         base.ggml_free(ctx)
+        base.ggml_backend_buffer_free(buffer)
+        base.ggml_free(weights_ctx)
 
 
-def probe(threads: int, runs: int, seconds: float = 0.25) -> dict[str, dict[str, Any]]:
-    """{fp16|int8: {median, min, max, n}} in GOP/s with `threads` threads."""
+def measurable(type_name: str) -> bool:
+    """Whether the probe can time `type_name`'s kernel: a ggml type that quantizes without an imatrix."""
+    import gguf
+
+    if type_name not in gguf.GGMLQuantizationType.__members__:
+        return False
+    base, _ = _libraries()
+    return not base.ggml_quantize_requires_imatrix(_type_id(type_name))
+
+
+def probe(threads: int, runs: int, types: tuple[str, ...] = DEFAULT_TYPES,
+          seconds: float = 0.25) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """{GGUF tensor type: {median, min, max, n}} in GOP/s with `threads` threads; types it cannot time are
+    left out (their roof is then unknown)."""
     base, cpu = _libraries()
-    out: dict[str, list[float]] = {kind: [] for kind in GGML_TYPES}
+    timed = [t for t in types if measurable(t)]
+    out: dict[str, list[float]] = {t: [] for t in timed}
     for _ in range(runs):
-        for kind in GGML_TYPES:
-            out[kind].append(_rate(base, cpu, kind, threads, seconds) / 1e9)
-    return {kind: summary(values) for kind, values in out.items()}
+        for type_name in timed:
+            out[type_name].append(_rate(base, cpu, type_name, threads, seconds) / 1e9)
+    return {t: summary(values) for t, values in out.items()}
 
 
 def compute_roof(ops_by_type: dict[str, int], rates_gops: dict[str, float]) -> float | None:
-    """Tokens per second if only the dot-product rate limited decode: float weights at the fp16 rate,
-    quantized ones at the int8 rate. `ops_by_type`: operations per token of each GGUF tensor type."""
-    if not ops_by_type or not rates_gops.get("fp16") or not rates_gops.get("int8"):
+    """Tokens per second if only the kernels' arithmetic limited decode: each weight type at its own rate.
+    `ops_by_type`: operations per token of each GGUF tensor type. None when a type's rate is unknown."""
+    if not ops_by_type or any(not rates_gops.get(t) for t in ops_by_type):
         return None
-    seconds = sum(ops / (rates_gops["fp16" if t in FLOAT_TYPES else "int8"] * 1e9) for t, ops in ops_by_type.items())
+    seconds = sum(ops / (rates_gops[t] * 1e9) for t, ops in ops_by_type.items())
     return 1.0 / seconds if seconds else None

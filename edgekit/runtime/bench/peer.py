@@ -9,7 +9,9 @@ is not built, the bench says so instead of leaving the row out.
 Two invocations per run, each matching what edgekit times:
     prompt   -p PROMPT -n 0 -t n_threads_batch              PROMPT tokens from an empty context
     decode   -p 0 -n GEN -d PROMPT -t n_threads             GEN tokens after PROMPT tokens of context
-both with -b/-ub n_batch, -r 1 (the bench repeats runs itself) and llama-bench's own warm-up run.
+both with -b/-ub n_batch and llama-bench's own warm-up run. The prompt row is repeated `prompt_runs` times
+(-r) as edgekit's perf job times its prompt, a short timing being the noisier; decode is -r 1 (the bench
+repeats runs itself).
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ def identity() -> str | None:
     return described if path is not None else None
 
 
-def _run(tool: Path, args: list[str], timeout: float) -> dict[str, Any]:
+def _run(tool: Path, args: list[str], timeout: float, repeats: int = 1) -> dict[str, Any]:
     try:
-        proc = subprocess.run([str(tool), *args, "-r", "1", "-o", "json"], capture_output=True, text=True,
+        proc = subprocess.run([str(tool), *args, "-r", str(repeats), "-o", "json"], capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise BenchError(f"{TOOL} {' '.join(args)} took over {timeout:.0f} s", "the machine is overloaded") from None
@@ -65,7 +67,7 @@ def measure(tool: Path, job: dict[str, Any], timeout: float) -> dict[str, Any]:
     """llama-bench's prompt and decode speed on `job`'s artifact, threads, prompt and generation lengths."""
     common = ["-m", job["artifact"], "-b", str(job["n_batch"]), "-ub", str(job["n_batch"])]
     prompt = _run(tool, [*common, "-p", str(job["prompt_tokens"]), "-n", "0", "-t", str(job["n_threads_batch"])],
-                  timeout)  # fmt: skip
+                  timeout, job.get("prompt_runs", 1))  # fmt: skip
     decode = _run(tool, [*common, "-p", "0", "-n", str(job["gen_tokens"]), "-d", str(job["prompt_tokens"]),
                          "-t", str(job["n_threads"])], timeout)  # fmt: skip
     return {

@@ -117,7 +117,7 @@ def _compute_figures(
     lower = min((r for r in (roof, bandwidth_roof) if r), default=None)
     return {
         "ops_per_token": 2 * sum(params.values()),
-        "compute_gops": {k: rates.get(k) for k in ("fp16", "int8")},
+        "compute_gops": {k: rates.get(k) for k in params},
         "compute_roof_tok_s": round(roof, 2) if roof else None,
         "compute_roof_ratio": ratio(decode, roof),
         "roof_tok_s": round(lower, 2) if lower else None,

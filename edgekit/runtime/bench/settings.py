@@ -25,7 +25,7 @@ class BenchOptions(BaseModel):
     loads: bool = Field(True, description="time loads with/without mmap (and mlock), cold and warm page cache")
     warmup_tokens: int = Field(4, ge=0, le=256, description="decoded before any timing, as serve's warm-up does")
     peer: bool = Field(True, description="llama.cpp's llama-bench on the same GGUF files, when the toolchain has it")
-    compute: bool = Field(True, description="measure the fp16/int8 dot-product rate for the compute roof")
+    compute: bool = Field(True, description="measure each GGUF weight type's dot-product rate for the compute roof")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class BenchSettings:
     n_ctx: int = 2048  # per sequence, as the runtime will use it
     n_batch: int = 256
     warmup_tokens: int = 4
+    prompt_runs: int = 3  # timed prompts per perf job and per llama-bench prompt row (-r), after a warm-up one
     load_prompt_tokens: int = 8  # the load probes time "loaded and answered a short prompt"
     cpus: tuple[int, ...] | None = None  # pin the workers to these CPUs (a NUMA node), None: as we are
     loads: bool = True

@@ -10,7 +10,7 @@ Jobs (`kind`):
     sweep      one load, then prompt and decode speed at each thread count
     baseline   plain `llama_cpp.Llama(model_path)` with its default settings, same prompt, greedy
     bandwidth  the STREAM-style probe (edgekit.runtime.bench.bandwidth) with P processes
-    compute    the fp16/int8 dot-product rate with T threads (edgekit.runtime.bench.compute)
+    compute    each GGUF weight type's dot-product rate with T threads (edgekit.runtime.bench.compute)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -139,6 +140,24 @@ def job_load(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _timed_prompts(engine: Any, ids: list[int], runs: int) -> list[float]:
+    """Seconds to the first token of `ids`, `runs` times from an empty slot, after one untimed prompt of the
+    same length (llama-bench's warm-up run: the first batch of a size pays for its buffers). Sequence 0 is
+    left running after the last run."""
+    from edgekit.runtime.engines.base import Sampling
+
+    engine.start(0, ids, Sampling())
+    engine.finish(0)
+    seconds = []
+    for run in range(runs):
+        t0 = time.perf_counter()
+        engine.start(0, ids, Sampling())
+        seconds.append(time.perf_counter() - t0)
+        if run < runs - 1:
+            engine.finish(0)
+    return seconds
+
+
 def job_perf(job: dict[str, Any]) -> dict[str, Any]:
     from edgekit.runtime.engines.base import Sampling
 
@@ -149,9 +168,7 @@ def job_perf(job: dict[str, Any]) -> dict[str, Any]:
     load_ms = timings["model_ms"]
     _warm_up(engine, job["warmup_tokens"])
     ids = prompt_ids(engine.tokenize, job["prompt_tokens"])
-    t0 = time.perf_counter()
-    engine.start(0, ids, Sampling())
-    ttft = time.perf_counter() - t0
+    ttfts = _timed_prompts(engine, ids, job.get("prompt_runs", 1))
     for seq in range(1, concurrency):  # the other sequences' prompts are not part of the decode timing
         engine.start(seq, ids, Sampling())
     t0 = time.perf_counter()
@@ -162,8 +179,8 @@ def job_perf(job: dict[str, Any]) -> dict[str, Any]:
     engine.close()
     return {
         "load_ms": load_ms,
-        "ttft_ms": ttft * 1000,
-        "prompt_tok_s": len(ids) / ttft,
+        "ttft_ms": statistics.median(ttfts) * 1000,
+        "prompt_tok_s": statistics.mean(len(ids) / t for t in ttfts),  # as llama-bench's avg_ts
         "decode_tok_s": concurrency * job["gen_tokens"] / elapsed,  # aggregate over the sequences
         "per_sequence_tok_s": job["gen_tokens"] / elapsed,
         **status,
@@ -213,11 +230,11 @@ def job_baseline(job: dict[str, Any]) -> dict[str, Any]:
     def tokenize(text: str) -> list[int]:
         return llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
 
-    warm = llm.generate(prompt_ids(tokenize, 8), temp=0.0)
+    ids = prompt_ids(tokenize, job["prompt_tokens"])
+    warm = llm.generate(ids, temp=0.0)  # warmed like the tuned run: a prompt of the timed length, then decode
     for _ in range(job["warmup_tokens"] + 1):
         next(warm)
     llm.reset()  # no prefix reuse: the timed prompt is evaluated in full
-    ids = prompt_ids(tokenize, job["prompt_tokens"])
     t0 = time.perf_counter()
     tokens = llm.generate(ids, temp=0.0)
     next(tokens)
@@ -254,7 +271,7 @@ def job_bandwidth(job: dict[str, Any]) -> dict[str, Any]:
 def job_compute(job: dict[str, Any]) -> dict[str, Any]:
     from edgekit.runtime.bench.compute import probe
 
-    return {"kernels": probe(job["threads"], job["runs"])}
+    return {"kernels": probe(job["threads"], job["runs"], tuple(job["types"]))}
 
 
 JOBS = {"load": job_load, "perf": job_perf, "sweep": job_sweep, "baseline": job_baseline, "bandwidth": job_bandwidth,

@@ -79,7 +79,11 @@ class ServeState:
             loaded = load(self.info, warm_up=True)
             config = loaded.config
             scheduler = Scheduler(
-                loaded.engine, max_queue=config.max_queue, metrics=self.metrics, prefill_chunk=config.prefill_chunk
+                loaded.engine,
+                max_queue=config.max_queue,
+                metrics=self.metrics,
+                prefill_chunk=config.prefill_chunk,
+                max_stall=config.max_stall,
             )
             scheduler.start()
             self.loaded, self.scheduler = loaded, scheduler

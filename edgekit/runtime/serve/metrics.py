@@ -36,6 +36,11 @@ class ServeMetrics:
             "Engine steps (each a decode token of every generating sequence).",
             registry=registry,
         )
+        self._prefix_cache(registry)
+        self._state(registry)
+        self._timings(registry)
+
+    def _prefix_cache(self, registry: CollectorRegistry) -> None:
         self.prefix_hits = Counter(
             "edgekit_prefix_cache_hits",
             "Prompts that reused the KV state of a cached prefix, by source (slot: what the sequence slot held; "
@@ -56,12 +61,21 @@ class ServeMetrics:
         self.prefix_entries = Gauge(
             "edgekit_prefix_cache_entries", "Prefixes kept in host memory beyond the slots.", registry=registry
         )
+
+    def _state(self, registry: CollectorRegistry) -> None:
         self.queue_depth = Gauge("edgekit_queue_depth", "Requests waiting for a sequence slot.", registry=registry)
         self.active = Gauge(
             "edgekit_active_sequences", "Sequences being prefilled or generated now.", registry=registry
         )
         self.slots = Gauge("edgekit_max_sequences", "Sequence slots (runtime max_concurrent).", registry=registry)
         self.ready = Gauge("edgekit_ready", "1 once the model is loaded and warmed up.", registry=registry)
+        self.prefill_budget = Gauge(
+            "edgekit_prefill_budget_tokens",
+            "Prompt tokens a step may prefill beside running sequences (prefill_chunk, or set from max_stall).",
+            registry=registry,
+        )
+
+    def _timings(self, registry: CollectorRegistry) -> None:
         self.ttft = Histogram(
             "edgekit_time_to_first_token_seconds",
             "From arrival to the first token.",

@@ -2,9 +2,10 @@
 
 Each loop: drop sequences whose client went away, admit waiting requests into free slots, then run one
 `engine.advance()`: a decode step of every generating sequence, batched with the next chunk of the
-admitted prompts. While other sequences are generating, a prompt is fed `prefill_chunk` tokens per step
-(runtime.toml), so a long prompt delays the running streams by one chunk per token instead of stopping
-them for its whole prefill; with nothing generating it is fed `n_batch` tokens at a time. A request goes
+admitted prompts. While other sequences are generating, a prompt is fed a budget of tokens per step
+(`PrefillBudget`: by default as many as keep the step within `max_stall` × a decode-only step, or a fixed
+`prefill_chunk`), so a long prompt delays the running streams by a bounded share of each token instead of
+stopping them for its whole prefill; with nothing generating it is fed `n_batch` tokens at a time. A request goes
 to the free slot whose KV state already holds the longest prefix of its prompt (`pick_slot`): a repeated
 system prompt or chat history is not prefilled again. A request that finishes frees its slot at once, and
 the next waiting request starts at the next loop. The waiting queue is bounded: `submit` refuses when it
@@ -24,12 +25,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from edgekit.runtime.engines import Engine, Sampling
 from edgekit.runtime.engines.base import ServingEngine
 from edgekit.runtime.engines.prefix import Reuse
 from edgekit.runtime.serve.metrics import ServeMetrics
+from edgekit.runtime.serve.prefill_budget import PrefillBudget
 from edgekit.runtime.text.stream import TextStream
 
 log = logging.getLogger("edgekit.serve")
@@ -58,6 +60,7 @@ class Request:
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
     generating: bool = False  # its first token is out: the prompt is in the KV cache
+    prefill_left: int = 0  # prompt tokens still to prefill (after what its slot's prefix held)
     text: TextStream = field(init=False)
 
     def __post_init__(self) -> None:
@@ -98,10 +101,18 @@ class _WholePrompts:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, *, max_queue: int, metrics: ServeMetrics, prefill_chunk: int = 64) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_queue: int,
+        metrics: ServeMetrics,
+        prefill_chunk: int | Literal["auto"] = "auto",
+        max_stall: float = 4.0,
+    ) -> None:
         self.engine: ServingEngine = engine if isinstance(engine, ServingEngine) else _WholePrompts(engine)
         self.max_queue = max_queue
-        self.prefill_chunk = prefill_chunk
+        self.prefill = PrefillBudget(None if prefill_chunk == "auto" else prefill_chunk, max_stall)
         self.metrics = metrics
         self._waiting: collections.deque[Request] = collections.deque()
         self._slots: dict[int, Request] = {}
@@ -191,6 +202,8 @@ class Scheduler:
             log.exception("admitting a prompt failed")
             self._finish(slot, request, "error", f"generation failed: {exc}")
             return
+        if not isinstance(self.engine, _WholePrompts):  # there, `admit` has prefilled it all
+            request.prefill_left = len(request.prompt_ids) - reuse.tokens
         self.metrics.prompt_tokens.inc(len(request.prompt_ids))
         self.metrics.prefix_reused.inc(reuse.tokens)
         if reuse.tokens:
@@ -200,8 +213,8 @@ class Scheduler:
         self.metrics.prefix_entries.set(getattr(self.engine, "prefix_entries", 0))
 
     def _advance(self) -> None:
-        generating = any(r.generating for r in self._slots.values())
-        budget = self.prefill_chunk if generating else UNLIMITED  # the engine caps a batch at its n_batch
+        generating = sum(r.generating for r in self._slots.values())
+        budget = self.prefill.tokens() if generating else UNLIMITED  # the engine caps a batch at its n_batch
         started = time.perf_counter()
         try:
             tokens = self.engine.advance(budget)
@@ -210,7 +223,10 @@ class Scheduler:
             for slot, request in list(self._slots.items()):
                 self._finish(slot, request, "error", f"generation failed: {exc}")
             return
-        self.metrics.step.observe(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.prefill.observe(seconds, generating, self._prefilled(budget))
+        self.metrics.prefill_budget.set(self.prefill.tokens())
+        self.metrics.step.observe(seconds)
         self.metrics.decode_steps.inc()
         for slot, token in tokens.items():
             request = self._slots.get(slot)
@@ -220,6 +236,16 @@ class Scheduler:
                 request.generating = True
                 self.metrics.ttft.observe(time.perf_counter() - request.arrived)
             self._accept(slot, request, token)
+
+    def _prefilled(self, budget: int) -> int:
+        """Prompt tokens the last step took: the engines feed the admitted prompts in the order admitted."""
+        fed = 0
+        for request in self._slots.values():
+            if not request.generating and request.prefill_left and fed < budget:
+                take = min(budget - fed, request.prefill_left)
+                request.prefill_left -= take
+                fed += take
+        return fed
 
     def _accept(self, slot: int, request: Request, token: int) -> None:
         if request.cancelled.is_set():
