@@ -30,6 +30,7 @@ from edgekit.pipeline import BuildResult
 from edgekit.plan import make_plan
 from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.refmemory import AUTO_MARGIN
 from edgekit.scoring import ARRAYS, evaluate, load_evaluation
 from edgekit.stages import fetch
 from edgekit.stages.reference import NOISE_FILE, load_reference
@@ -165,5 +166,8 @@ def test_under_a_memory_limit_auto_streams_and_full_stops_with_exit_3(smollm2_gg
     [made] = [json.loads(p.read_text()) for p in cache.glob("reference/*/entry.json")]
     memory = made["result"]["memory"]
     assert memory["requested"] == "auto" and memory["mode"] == "stream" and memory["limited_by"] == "RLIMIT_DATA"
-    assert memory["estimate_full_mib"] > memory["available_mib"] >= memory["estimate_stream_mib"]
+    # what is mapped before the reference differs between runs, so this run's allowance may exceed the whole
+    # model's estimate; auto still streams when the whole model leaves less than its margin to spare
+    assert memory["estimate_full_mib"] > AUTO_MARGIN * memory["available_mib"]
+    assert memory["available_mib"] >= memory["estimate_stream_mib"]
     assert made["memory"]["rss_anon_peak_mib"] < between / 2**20

@@ -108,10 +108,22 @@ class CountingBudget(PrefillBudget):
         super().observe(seconds, decoding, prompt_tokens)
 
 
+class NeverEnds:
+    """The engine, with no end-of-generation token: a stream runs until its max_tokens, whatever it samples."""
+
+    eos_ids: frozenset[int] = frozenset()
+
+    def __init__(self, engine: GGUFEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
 def test_the_budget_is_told_the_prompt_tokens_each_step_took(engine: GGUFEngine) -> None:
     async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> None:
         scheduler.prefill = budget = CountingBudget()
-        stream = new(engine, "the cat sat on", 300, loop)
+        stream = new(engine, "the cat sat on", 400, loop)
         scheduler.submit(stream)
         for _ in range(5):
             assert (await stream.events.get())[0] == "text"
@@ -119,13 +131,14 @@ def test_the_budget_is_told_the_prompt_tokens_each_step_took(engine: GGUFEngine)
         scheduler.submit(long)
         assert (await drain(long))[-1] == "done"
         scheduler.cancel(stream)
+        prompts = len(stream.prompt_ids) + len(long.prompt_ids)
+        assert sum(taken for _, _, taken in budget.steps) == prompts  # cold slots: all of each, once
         mixed = [(given, taken) for given, running, taken in budget.steps if running and taken]
-        assert sum(taken for _, taken in mixed) == len(long.prompt_ids)  # a cold slot: all of it, once
-        assert all(taken <= given for given, taken in mixed) and len(mixed) >= len(long.prompt_ids) // 6
+        assert len(mixed) >= 2 and all(taken <= given for given, taken in mixed)
         assert budget.decode_s is not None and budget.token_s is not None
         assert 1 <= metrics.value("edgekit_prefill_budget_tokens") <= 6
 
-    run(engine, body, prefill_chunk="auto")
+    run(NeverEnds(engine), body, prefill_chunk="auto")
 
 
 def test_a_repeated_prompt_reuses_its_prefix_and_counts_it(engine: GGUFEngine) -> None:
