@@ -15,6 +15,7 @@ The rate is operations per second (one multiply-add = 2 operations). A model's c
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ class _Plan(ctypes.Structure):  # struct ggml_cplan
                 ("abort_callback_data", ctypes.c_void_p), ("use_ref", ctypes.c_bool)]  # fmt: skip
 
 
+@functools.cache  # the prototypes are declared and the CPU backend initialised once per process
 def _libraries() -> tuple[Any, Any]:
     import llama_cpp
 
@@ -62,7 +64,6 @@ def _libraries() -> tuple[Any, Any]:
         ("ggml_backend_reg_dev_get", p, [p, ctypes.c_size_t]),
         ("ggml_backend_reg_get_proc_address", p, [p, ctypes.c_char_p]),
         ("ggml_backend_dev_supports_op", ctypes.c_bool, [p, p]),
-        ("ggml_backend_buft_name", ctypes.c_char_p, [p]),
         ("ggml_backend_cpu_buffer_type", p, []),
         ("ggml_backend_alloc_ctx_tensors_from_buft", p, [p, p]),
         ("ggml_backend_buffer_free", None, [p]),
