@@ -20,6 +20,8 @@ With --url2 (or --launch) every run puts both servers through the same loads, al
 first, and the summary gives medians over --runs runs with the ratio url ÷ url2; a side-by-side table
 goes to stderr. --launch BUNDLE starts `edgekit serve BUNDLE` and the toolchain's `llama-server` with
 the bundle's runtime.toml settings (threads, context, slots, batch, mmap/mlock, NUMA) on free ports.
+Every request asks for `ignore_eos` (edgekit, llama-server and vLLM understand it), so each generates
+exactly its max_tokens and both servers carry the same load.
 Exit code 1 when any request failed or was lost. Needs httpx (dev extra).
 """
 
@@ -115,6 +117,9 @@ def request_body(args: argparse.Namespace, prompt: str, max_tokens: int) -> tupl
         "temperature": args.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},  # llama-server sends usage only when asked
+        # Every request generates exactly max_tokens on both servers: where a greedy run stops at an end
+        # token depends on batch numerics, and requests of uneven length change the load's timing.
+        "ignore_eos": True,
     }
     body.update({"messages": [{"role": "user", "content": prompt}]} if args.chat else {"prompt": prompt})
     return path, body

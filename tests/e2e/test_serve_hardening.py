@@ -229,6 +229,7 @@ BAD_REQUESTS: dict[str, tuple[str, bytes, str]] = {
     "seed a string": ("/v1/completions", b'{"prompt": "hi", "seed": "x"}', "`seed`"),
     "seed negative": ("/v1/completions", b'{"prompt": "hi", "seed": -5, "max_tokens": 2}', "`seed`"),
     "stream a string": ("/v1/completions", b'{"prompt": "hi", "stream": "yes"}', "`stream`"),
+    "ignore_eos a number": ("/v1/completions", b'{"prompt": "hi", "ignore_eos": 1}', "`ignore_eos`"),
     "n 2": ("/v1/completions", b'{"prompt": "hi", "n": 2}', "n = 1"),
     "prompt over the token limit": ("/v1/completions", json.dumps({"prompt": "hello " * 3000}).encode(), "limit"),
     "body over 1 MiB": ("/v1/completions", b'{"prompt": "' + b"x" * (2 * 2**20) + b'"}', "limit"),

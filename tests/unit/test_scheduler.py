@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +16,7 @@ from _tiny_gguf import write_tiny_gguf
 
 from edgekit.backends.gguf.engine import GGUFEngine
 from edgekit.runtime.engines.base import Sampling
+from edgekit.runtime.serve import scheduler as scheduler_module
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.serve.prefill_budget import PrefillBudget
 from edgekit.runtime.serve.scheduler import Request, Scheduler
@@ -195,3 +197,74 @@ def test_an_engine_with_only_start_and_step_is_still_served(engine: GGUFEngine) 
         assert metrics.value("edgekit_prefix_cache_misses_total") == 2
 
     run(plain, body)
+
+
+class EndsAtOnce(NeverEnds):
+    """The engine, where every token ends the generation."""
+
+    @property
+    def eos_ids(self) -> frozenset[int]:  # type: ignore[override]
+        return frozenset(range(self._engine.n_vocab))
+
+
+def test_ignore_eos_generates_max_tokens_whatever_the_model_says(engine: GGUFEngine) -> None:
+    async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> None:
+        stopping = new(engine, "the cat sat on", 6, loop)
+        fixed = Recorded(engine.tokenize("the cat sat on"), 6, Sampling(), [], loop, ignore_eos=True)
+        for request in (stopping, fixed):
+            scheduler.submit(request)
+            assert (await drain(request))[-1] == "done"
+        assert (stopping.completion_tokens, fixed.completion_tokens) == (0, 6)
+
+    run(EndsAtOnce(engine), body)
+
+
+class CallLog(NeverEnds):
+    """The engine, with its admit and advance calls logged in order."""
+
+    def __init__(self, engine: GGUFEngine) -> None:
+        super().__init__(engine)
+        self.calls: list[str] = []
+
+    def admit(self, seq: int, ids: list[int], sampling: Sampling) -> Any:
+        self.calls.append("admit")
+        return self._engine.admit(seq, ids, sampling)
+
+    def advance(self, budget: int) -> dict[int, int]:
+        self.calls.append("advance")
+        return self._engine.advance(budget)
+
+
+def test_an_idle_loop_gathers_requests_being_read_and_clients_whose_streams_ended_together(
+    engine: GGUFEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_module, "GATHER_S", 60.0)  # only arrivals end a wait, never the clock
+    log = CallLog(engine)
+
+    async def body(scheduler: Scheduler, metrics: ServeMetrics, loop: asyncio.AbstractEventLoop) -> None:
+        def pair() -> list[Recorded]:
+            return [new(engine, text, 2, loop) for text in ("one prompt", "another prompt")]
+
+        started = time.perf_counter()
+        lone = new(engine, "a lone prompt", 2, loop)
+        scheduler.submit(lone)  # nothing else is being read, nothing ended before: it starts at once
+        assert (await drain(lone))[-1] == "done"
+        assert time.perf_counter() - started < 30
+        first, second = pair()
+        log.calls.clear()
+        with scheduler.arriving():  # the second request: its body is still being read
+            with scheduler.arriving():
+                scheduler.submit(first)
+            await asyncio.sleep(0.05)  # the loop is awake with `first`, and must not start it alone
+            scheduler.submit(second)
+        assert [(await drain(r))[-1] for r in (first, second)] == ["done", "done"]
+        assert log.calls[:3] == ["admit", "admit", "advance"]
+        log.calls.clear()
+        first, second = pair()  # their streams ended in the same step: both clients are expected back
+        scheduler.submit(first)
+        await asyncio.sleep(0.05)
+        scheduler.submit(second)
+        assert [(await drain(r))[-1] for r in (first, second)] == ["done", "done"]
+        assert log.calls[:3] == ["admit", "admit", "advance"]
+
+    run(log, body)

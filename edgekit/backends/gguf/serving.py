@@ -79,6 +79,7 @@ class ServingMixin(PrefixSlots):
     def _init_serving(self, prefix_cache: int) -> None:
         self._prefix = PrefixCache(self.max_sequences, prefix_cache, _KVCells(self))
         self._prefills: dict[int, _Prefill] = {}
+        self.last_prompt_tokens = 0
 
     def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         busy = self._seqs.keys() | self._prefills.keys()
@@ -88,6 +89,7 @@ class ServingMixin(PrefixSlots):
         return reuse
 
     def advance(self, prompt_budget: int) -> dict[int, int]:
+        self.last_prompt_tokens = 0
         if not self._prefills:
             fed = [(seq, state.last) for seq, state in self._seqs.items()]
             out = self.step()
@@ -108,6 +110,7 @@ class ServingMixin(PrefixSlots):
             for seq in {*decoding, *(p[0] for p in plan)}:
                 self._prefix.forget(seq)  # what the failed batch left in the cells is unknown
             raise
+        self.last_prompt_tokens = sum(len(chunk) for _, chunk, _ in plan)
         out: dict[int, int] = {}
         for row, seq in enumerate(decoding):
             state = self._seqs[seq]

@@ -66,6 +66,8 @@ class ServingEngine(Engine, Protocol):
     decode steps of running sequences, and the KV state of prompt prefixes reused (`edgekit.runtime.engines.
     prefix`). An engine without these is served through `start` (whole prompt at once) and `step`."""
 
+    last_prompt_tokens: int  # prompt tokens the last `advance` computed (the scheduler's prefill budget learns from it)
+
     def pick_slot(self, free: Sequence[int], prompt_ids: Sequence[int]) -> int:
         """The free sequence id whose KV state serves `prompt_ids` best."""
         ...

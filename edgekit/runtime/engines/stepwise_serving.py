@@ -65,6 +65,7 @@ class StepwiseServing(PrefixSlots):
         self._prefix = PrefixCache(self.max_sequences, prefix_cache if self.prefix_reuse else 0, _SlotOps(self))
         self._prefills: dict[int, _Prefill] = {}
         self._bound: dict[int, Any] = {}  # sequence id -> the slot that holds its tokens
+        self.last_prompt_tokens = 0
 
     def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs.keys() | self._prefills.keys(), self.n_ctx)
@@ -84,6 +85,7 @@ class StepwiseServing(PrefixSlots):
             if seq in self._bound:
                 self._prefix.fed(seq, (token,))
         budget = max(1, min(prompt_budget, self.n_batch))
+        self.last_prompt_tokens = 0
         for seq, prefill in list(self._prefills.items()):
             if budget <= 0:
                 break
@@ -100,6 +102,7 @@ class StepwiseServing(PrefixSlots):
             prefill.pos += len(chunk)
             del prefill.todo[: len(chunk)]
             budget -= len(chunk)
+            self.last_prompt_tokens += len(chunk)
             if not prefill.todo:
                 out[seq] = self._first_token(seq, logits[-1])
         return out

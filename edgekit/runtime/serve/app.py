@@ -1,6 +1,6 @@
 """`edgekit serve`: an OpenAI-compatible HTTP server over one bundle (starlette + uvicorn).
 
-    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream}
+    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream, ignore_eos}
     POST /v1/chat/completions   {messages, ...}: the model's chat template, rendered in a jinja2 sandbox
     GET  /v1/models             the one model this server runs
     GET  /health                200 once the model is loaded and warmed up, 503 before
@@ -155,21 +155,11 @@ async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Resp
             raise ApiError(
                 503, "the model is still loading; retry when /health says ok", "not_ready", {"Retry-After": "2"}
             )
-        body = await _read_json(http, state.max_body_bytes)
-        # Tokenizing a large prompt and running the chat template are CPU work: off the event loop.
-        request, stream = await run_in_threadpool(_parse, state, body, chat, asyncio.get_running_loop())
-        try:
-            state.scheduler.submit(request)
-        except QueueFull:
-            state.metrics.rejected.labels(reason="queue_full").inc()
-            raise ApiError(
-                429,
-                f"the request queue is full ({state.scheduler.max_queue} waiting); retry shortly",
-                "queue_full",
-                {"Retry-After": "1"},
-            ) from None
-        except ShuttingDown:
-            raise ApiError(503, "the server is shutting down", "shutting_down") from None
+        with state.scheduler.arriving():
+            body = await _read_json(http, state.max_body_bytes)
+            # Tokenizing a large prompt and running the chat template are CPU work: off the event loop.
+            request, stream = await run_in_threadpool(_parse, state, body, chat, asyncio.get_running_loop())
+            _submit(state.scheduler, request)
     except ApiError as exc:
         state.metrics.requests.labels(endpoint=endpoint, status=str(exc.status)).inc()
         return exc.response()
@@ -189,6 +179,21 @@ async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Resp
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     return await _whole(state, http, request, meta, chat)
+
+
+def _submit(scheduler: Scheduler, request: Request) -> None:
+    try:
+        scheduler.submit(request)
+    except QueueFull:
+        scheduler.metrics.rejected.labels(reason="queue_full").inc()
+        raise ApiError(
+            429,
+            f"the request queue is full ({scheduler.max_queue} waiting); retry shortly",
+            "queue_full",
+            {"Retry-After": "1"},
+        ) from None
+    except ShuttingDown:
+        raise ApiError(503, "the server is shutting down", "shutting_down") from None
 
 
 async def _read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
@@ -277,10 +282,16 @@ def _parse(
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
         seed=seed,
     )
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise ApiError(400, "`stream` must be true or false", "invalid_request_error")
-    return Request(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling, stop=stop, loop=loop), stream
+    stream, ignore_eos = _flag(body, "stream"), _flag(body, "ignore_eos")
+    request = Request(ids, max_tokens, sampling, stop, loop, ignore_eos=ignore_eos)
+    return request, stream
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"`{key}` must be true or false (got {value!r})", "invalid_request_error")
+    return value
 
 
 def _usage(request: Request) -> dict[str, int]:
@@ -343,22 +354,33 @@ async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: 
     try:
         if chat:
             yield event(choice(None, None, first=True))
-        while True:
-            kind, value = await request.events.get()
-            if kind == "text":
-                yield event(choice(value, None))
-            elif kind == "error":
-                yield b"data: " + json.dumps({"error": {"message": value, "type": "server_error"}}).encode() + b"\n\n"
+        while not finished:
+            out = bytearray()
+            # What one decode step produced goes out in one write (a step's text, then maybe the finish).
+            for kind, value in await _available(request.events):
+                if kind == "text":
+                    out += event(choice(value, None))
+                    continue
+                if kind == "error":
+                    out += b"data: " + json.dumps({"error": {"message": value, "type": "server_error"}}).encode()
+                    out += b"\n\n"
+                else:
+                    out += event({**choice(None, value), "usage": _usage(request)})
+                out += b"data: [DONE]\n\n"
                 finished = True
                 break
-            else:
-                yield event({**choice(None, value), "usage": _usage(request)})
-                finished = True
-                break
-        yield b"data: [DONE]\n\n"
+            yield bytes(out)
     finally:
         if not finished:  # the client disconnected (the response task was cancelled)
             state.scheduler.cancel(request)
+
+
+async def _available(events: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The next event, and every one already queued behind it."""
+    ready = [await events.get()]
+    while not events.empty():
+        ready.append(events.get_nowait())
+    return ready
 
 
 def describe_error(exc: BaseException) -> str:

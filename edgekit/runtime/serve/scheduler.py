@@ -8,8 +8,13 @@ admitted prompts. While other sequences are generating, a prompt is fed a budget
 stopping them for its whole prefill; with nothing generating it is fed `n_batch` tokens at a time. A request goes
 to the free slot whose KV state already holds the longest prefix of its prompt (`pick_slot`): a repeated
 system prompt or chat history is not prefilled again. A request that finishes frees its slot at once, and
-the next waiting request starts at the next loop. The waiting queue is bounded: `submit` refuses when it
-is full, and the server answers 429.
+the next waiting request starts at the next loop. An idle loop that wakes for one request first lets the
+requests the server is still reading (`arriving`) join it, and when the streams that ran last ended in
+the same step, as many requests as there were streams, for at most GATHER_S: clients whose streams
+ended together send their next requests together, and started one at a time they would run a step
+apart, and stay a step apart. A lone request does not wait. What a loop produced (text,
+finishes) is handed to the event loop at its end in one wake-up (`deliver`). The waiting queue is
+bounded: `submit` refuses when it is full, and the server answers 429.
 
 Engines without chunked prefill (a third-party backend with only `start`/`step`) are driven through
 `_WholePrompts`: each prompt is prefilled at once when admitted, as before.
@@ -24,6 +29,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +43,8 @@ from edgekit.runtime.text.stream import TextStream
 log = logging.getLogger("edgekit.serve")
 _ids = itertools.count(1)
 UNLIMITED = 1 << 30
+GATHER_S = 0.005  # how long an idle loop waits for requests still being read: a fraction of a decode step
+BURST_MEMORY_S = 1.0  # streams that ended together this long ago: their clients are not coming back together
 
 
 class QueueFull(Exception):
@@ -54,26 +62,49 @@ class Request:
     sampling: Sampling
     stop: list[str]
     loop: asyncio.AbstractEventLoop
+    ignore_eos: bool = False  # generate max_tokens whatever the model says (fixed-length loads, as llama-server)
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     id: int = field(default_factory=lambda: next(_ids))
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
     generating: bool = False  # its first token is out: the prompt is in the KV cache
-    prefill_left: int = 0  # prompt tokens still to prefill (after what its slot's prefix held)
+    outbox: list[tuple[str, Any]] = field(default_factory=list)  # emitted, not yet handed to the loop
     text: TextStream = field(init=False)
 
     def __post_init__(self) -> None:
         self.text = TextStream(self.stop)
 
     def emit(self, kind: str, value: Any) -> None:
-        """Hand an event to the request's handler on the event loop (thread-safe)."""
+        """Queue an event for the request's handler; `deliver` hands it over."""
+        self.outbox.append((kind, value))
+
+
+def deliver(requests: Iterable[Request]) -> None:
+    """Hand the requests' queued events to their handlers (thread-safe), waking each event loop once.
+
+    One wake-up per decode step instead of one per token and stream: each wake-up is a write to the loop's
+    self-pipe that preempts the scheduler thread on a busy box."""
+    batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[tuple[str, Any]], list[tuple[str, Any]]]]] = {}
+    for request in requests:
+        if request.outbox:
+            batches.setdefault(request.loop, []).append((request.events, request.outbox))
+            request.outbox = []
+    for loop, batch in batches.items():
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is shutting down
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+            loop.call_soon_threadsafe(_put_all, batch)
+
+
+def _put_all(batch: list[tuple[asyncio.Queue[tuple[str, Any]], list[tuple[str, Any]]]]) -> None:
+    for queue, events in batch:
+        for event in events:
+            queue.put_nowait(event)
 
 
 class _WholePrompts:
     """The ServingEngine calls over an engine that has only `start` and `step`: a prompt prefilled at once."""
+
+    last_prompt_tokens = 0  # `admit` prefills, outside the steps the prefill budget times
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -116,6 +147,9 @@ class Scheduler:
         self.metrics = metrics
         self._waiting: collections.deque[Request] = collections.deque()
         self._slots: dict[int, Request] = {}
+        self._emitted: dict[int, Request] = {}  # requests with events to deliver after this loop
+        self._arriving = 0  # requests being read and parsed (`arriving`)
+        self._burst: tuple[int, float] = (0, 0.0)  # (streams, when): the last step ended them all together
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="edgekit-scheduler", daemon=True)
@@ -129,6 +163,18 @@ class Scheduler:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout=30)
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around reading, parsing and submitting one request: an idle loop lets it join the next batch."""
+        with self._cond:
+            self._arriving += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._arriving -= 1
+                self._cond.notify_all()
 
     def submit(self, request: Request) -> None:
         with self._cond:
@@ -159,6 +205,8 @@ class Scheduler:
             with self._cond:
                 while not self._stopping and not self._waiting and not self._slots:
                     self._cond.wait()
+                if not self._slots:
+                    self._gather()
                 if self._stopping:
                     break
                 self._drop_cancelled()
@@ -167,10 +215,29 @@ class Scheduler:
                 self._admit_one(slot, request)
             if self._slots:
                 self._advance()
+            deliver(self._emitted.values())
+            self._emitted.clear()
         for slot, request in list(self._slots.items()):
             self._finish(slot, request, "error", "the server is shutting down")
         for request in self._waiting:
             request.emit("error", "the server is shutting down")
+        deliver([*self._emitted.values(), *self._waiting])
+
+    def _gather(self) -> None:
+        """Idle with a request waiting (lock held): the requests the server is still reading, and the clients of
+        streams that ended together, join the same first batch, for at most GATHER_S (see the module's docstring)."""
+        (ended, when), self._burst = self._burst, (0, 0.0)
+        expected = ended if ended > 1 and time.perf_counter() - when < BURST_MEMORY_S else 0
+        deadline = time.perf_counter() + GATHER_S
+        while (
+            not self._stopping
+            and len(self._waiting) < self.engine.max_sequences
+            and (self._arriving or len(self._waiting) < expected)
+        ):
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            self._cond.wait(left)
 
     def _drop_cancelled(self) -> None:
         for slot, request in list(self._slots.items()):
@@ -202,8 +269,6 @@ class Scheduler:
             log.exception("admitting a prompt failed")
             self._finish(slot, request, "error", f"generation failed: {exc}")
             return
-        if not isinstance(self.engine, _WholePrompts):  # there, `admit` has prefilled it all
-            request.prefill_left = len(request.prompt_ids) - reuse.tokens
         self.metrics.prompt_tokens.inc(len(request.prompt_ids))
         self.metrics.prefix_reused.inc(reuse.tokens)
         if reuse.tokens:
@@ -224,7 +289,7 @@ class Scheduler:
                 self._finish(slot, request, "error", f"generation failed: {exc}")
             return
         seconds = time.perf_counter() - started
-        self.prefill.observe(seconds, generating, self._prefilled(budget))
+        self.prefill.observe(seconds, generating, self.engine.last_prompt_tokens)
         self.metrics.prefill_budget.set(self.prefill.tokens())
         self.metrics.step.observe(seconds)
         self.metrics.decode_steps.inc()
@@ -236,30 +301,22 @@ class Scheduler:
                 request.generating = True
                 self.metrics.ttft.observe(time.perf_counter() - request.arrived)
             self._accept(slot, request, token)
-
-    def _prefilled(self, budget: int) -> int:
-        """Prompt tokens the last step took: the engines feed the admitted prompts in the order admitted."""
-        fed = 0
-        for request in self._slots.values():
-            if not request.generating and request.prefill_left and fed < budget:
-                take = min(budget - fed, request.prefill_left)
-                request.prefill_left -= take
-                fed += take
-        return fed
+        if len(tokens) > 1 and not self._slots:
+            self._burst = (len(tokens), time.perf_counter())
 
     def _accept(self, slot: int, request: Request, token: int) -> None:
         if request.cancelled.is_set():
             self._release(slot)
             self.metrics.cancelled.inc()
             return
-        if token in self.engine.eos_ids:
+        if token in self.engine.eos_ids and not request.ignore_eos:
             self._finish(slot, request, "done", "stop")
             return
         request.completion_tokens += 1
         self.metrics.completion_tokens.inc()
         piece = request.text.feed(self.engine.detokenize([token]))
         if piece:
-            request.emit("text", piece)
+            self._emit(request, "text", piece)
         if request.text.stopped:
             self._finish(slot, request, "done", "stop")
         elif request.completion_tokens >= request.max_tokens:
@@ -269,10 +326,14 @@ class Scheduler:
         if kind == "done":
             tail = request.text.flush()
             if tail:
-                request.emit("text", tail)
+                self._emit(request, "text", tail)
             self.metrics.duration.observe(time.perf_counter() - request.arrived)
-        request.emit(kind, value)
+        self._emit(request, kind, value)
         self._release(slot)
+
+    def _emit(self, request: Request, kind: str, value: Any) -> None:
+        request.emit(kind, value)
+        self._emitted[request.id] = request
 
     def _release(self, slot: int) -> None:
         if self._slots.pop(slot, None) is not None:
