@@ -76,6 +76,8 @@ def test_the_bench_has_the_peer_row_and_both_roofs(bundle: Path) -> None:
         assert bench["peer"]["available"] is False and "edgekit toolchain --tools" in bench["peer"]["missing"]
     else:
         assert bench["peer"]["available"] and tiny["decode_over_peer"] > 0 and tiny["prompt_over_peer"] > 0
-        assert bench["peer"]["settings"]["decode"]["n_depth"] == 16  # decode after the prompt, as edgekit's
+        settings = bench["peer"]["settings"]
+        assert settings["decode"]["n_depth"] == 16  # decode after the prompt, as edgekit's
+        assert settings["decode"]["repetitions"] == settings["prompt"]["repetitions"] == bench["settings"]["repeats"]
     runtime = (bundle / "runtime.toml").read_text()
     assert 'artifact = "gguf-Q8_0"' in runtime and "edgekit bench" in runtime

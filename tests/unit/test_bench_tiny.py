@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _tiny_gguf import write_tiny_gguf
 
 from edgekit.backends.gguf.info import tensor_summary
 from edgekit.errors import BenchError
+from edgekit.runtime.bench import worker
 from edgekit.runtime.bench.benchmark import Benchmark, pick_threads
 from edgekit.runtime.bench.derive import derive_runtime
 from edgekit.runtime.bench.jobs import run_job
@@ -81,3 +83,37 @@ def test_pick_threads_prefers_fewer_within_tolerance() -> None:
         "4": {"decode_tok_s": summary([20.0])},
     }
     assert pick_threads(sweep, "decode_tok_s") == 2
+
+
+class _Recording:
+    """The real engine, with each start, step and finish recorded in order."""
+
+    def __init__(self, engine: Any, calls: list[str]) -> None:
+        self._engine, self._calls = engine, calls
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._engine, name)
+        if name not in ("start", "step", "finish"):
+            return attribute
+
+        def recorded(*args: Any) -> Any:
+            self._calls.append(f"{name} {args[0]}" if args else name)
+            return attribute(*args)
+
+        return recorded
+
+
+def test_the_perf_job_repeats_prompt_and_decode_as_llama_bench_r_does(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real_engine = worker._engine
+    monkeypatch.setattr(worker, "_engine", lambda job, **kw: _Recording(real_engine(job, **kw), calls))
+    job = {"artifact": str(tiny_model), "n_threads": 1, "n_threads_batch": 1, "n_ctx": 128, "n_batch": 32,
+           "prompt_tokens": 8, "gen_tokens": 3, "warmup_tokens": 1, "concurrency": 2, "repeats": 3}  # fmt: skip
+    result = worker.job_perf(job)
+    warm_up = ["start 0", "step", "finish 0"]
+    prompts = ["start 0", "finish 0"] * 4  # an untimed prompt, then the 3 timed ones
+    decode = ["start 0", "start 1", "step", "step", "step", "finish 0", "finish 1"]  # each from its prompt
+    assert calls == warm_up + prompts + decode * 3
+    assert result["decode_tok_s"] == pytest.approx(2 * result["per_sequence_tok_s"])

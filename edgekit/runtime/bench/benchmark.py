@@ -30,7 +30,7 @@ from edgekit.runtime.bench.stats import ratio
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-BENCH_METHOD = 5  # 5: warm, repeated prompt timings; a compute rate per GGUF tensor type
+BENCH_METHOD = 6  # 6: decode timed `repeats` times per perf job, as llama-bench -r
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
 # to the rest of the box and spin less when the box is busy.
 THREAD_TOLERANCE = 0.03
@@ -144,7 +144,7 @@ class Benchmark:
             "prompt_tokens": s.prompt_tokens,
             "gen_tokens": s.gen_tokens,
             "warmup_tokens": s.warmup_tokens,
-            "prompt_runs": s.prompt_runs,
+            "repeats": s.repeats,
             "cpus": list(s.cpus) if s.cpus else None,
         }
 

@@ -9,9 +9,8 @@ is not built, the bench says so instead of leaving the row out.
 Two invocations per run, each matching what edgekit times:
     prompt   -p PROMPT -n 0 -t n_threads_batch              PROMPT tokens from an empty context
     decode   -p 0 -n GEN -d PROMPT -t n_threads             GEN tokens after PROMPT tokens of context
-both with -b/-ub n_batch and llama-bench's own warm-up run. The prompt row is repeated `prompt_runs` times
-(-r) as edgekit's perf job times its prompt, a short timing being the noisier; decode is -r 1 (the bench
-repeats runs itself).
+both with -b/-ub n_batch and llama-bench's own warm-up run. Both rows are repeated `repeats` times (-r), as
+edgekit's perf job repeats its prompt and decode timings, and both sides report the mean rate.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ def identity() -> str | None:
     return described if path is not None else None
 
 
-def _run(tool: Path, args: list[str], timeout: float, repeats: int = 1) -> dict[str, Any]:
+def _run(tool: Path, args: list[str], timeout: float, repeats: int) -> dict[str, Any]:
     try:
         proc = subprocess.run([str(tool), *args, "-r", str(repeats), "-o", "json"], capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
@@ -66,15 +65,20 @@ def _run(tool: Path, args: list[str], timeout: float, repeats: int = 1) -> dict[
 def measure(tool: Path, job: dict[str, Any], timeout: float) -> dict[str, Any]:
     """llama-bench's prompt and decode speed on `job`'s artifact, threads, prompt and generation lengths."""
     common = ["-m", job["artifact"], "-b", str(job["n_batch"]), "-ub", str(job["n_batch"])]
+    repeats = job.get("repeats", 1)
     prompt = _run(tool, [*common, "-p", str(job["prompt_tokens"]), "-n", "0", "-t", str(job["n_threads_batch"])],
-                  timeout, job.get("prompt_runs", 1))  # fmt: skip
+                  timeout, repeats)  # fmt: skip
     decode = _run(tool, [*common, "-p", "0", "-n", str(job["gen_tokens"]), "-d", str(job["prompt_tokens"]),
-                         "-t", str(job["n_threads"])], timeout)  # fmt: skip
+                         "-t", str(job["n_threads"])], timeout, repeats)  # fmt: skip
     return {
         "prompt_tok_s": float(prompt["avg_ts"]),
         "decode_tok_s": float(decode["avg_ts"]),
         "settings": {
-            "prompt": {k: prompt.get(k) for k in RECORDED},
-            "decode": {k: decode.get(k) for k in (*RECORDED, "n_depth")},
+            "prompt": _settings(prompt),
+            "decode": {**_settings(decode), "n_depth": decode.get("n_depth")},
         },
     }
+
+
+def _settings(row: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: row.get(k) for k in RECORDED}, "repetitions": len(row.get("samples_ns", []))}

@@ -40,7 +40,7 @@ class BenchSettings:
     n_ctx: int = 2048  # per sequence, as the runtime will use it
     n_batch: int = 256
     warmup_tokens: int = 4
-    prompt_runs: int = 3  # timed prompts per perf job and per llama-bench prompt row (-r), after a warm-up one
+    repeats: int = 3  # timed prompts and decodes per perf job, and llama-bench's -r, after a warm-up
     load_prompt_tokens: int = 8  # the load probes time "loaded and answered a short prompt"
     cpus: tuple[int, ...] | None = None  # pin the workers to these CPUs (a NUMA node), None: as we are
     loads: bool = True

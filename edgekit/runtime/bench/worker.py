@@ -142,47 +142,54 @@ def job_load(job: dict[str, Any]) -> dict[str, Any]:
 
 def _timed_prompts(engine: Any, ids: list[int], runs: int) -> list[float]:
     """Seconds to the first token of `ids`, `runs` times from an empty slot, after one untimed prompt of the
-    same length (llama-bench's warm-up run: the first batch of a size pays for its buffers). Sequence 0 is
-    left running after the last run."""
+    same length (llama-bench's warm-up run: the first batch of a size pays for its buffers)."""
     from edgekit.runtime.engines.base import Sampling
 
-    engine.start(0, ids, Sampling())
-    engine.finish(0)
     seconds = []
-    for run in range(runs):
+    for run in range(runs + 1):
         t0 = time.perf_counter()
         engine.start(0, ids, Sampling())
+        if run:
+            seconds.append(time.perf_counter() - t0)
+        engine.finish(0)
+    return seconds
+
+
+def _timed_decodes(engine: Any, ids: list[int], job: dict[str, Any]) -> list[float]:
+    """Seconds for `gen_tokens` steps of `concurrency` sequences that each start from `ids`, `repeats` times.
+    The prompts are not timed, as llama-bench's decode row (-d) does not time its depth."""
+    from edgekit.runtime.engines.base import Sampling
+
+    seconds = []
+    for _ in range(job.get("repeats", 1)):
+        for seq in range(job["concurrency"]):
+            engine.start(seq, ids, Sampling())
+        t0 = time.perf_counter()
+        for _ in range(job["gen_tokens"]):
+            engine.step()
         seconds.append(time.perf_counter() - t0)
-        if run < runs - 1:
-            engine.finish(0)
+        for seq in range(job["concurrency"]):
+            engine.finish(seq)
     return seconds
 
 
 def job_perf(job: dict[str, Any]) -> dict[str, Any]:
-    from edgekit.runtime.engines.base import Sampling
-
-    concurrency = job["concurrency"]
     start = time.perf_counter()
-    engine = _engine(job, max_sequences=concurrency)
+    engine = _engine(job, max_sequences=job["concurrency"])
     timings = getattr(engine, "load_timings", None) or {"model_ms": (time.perf_counter() - start) * 1000}
-    load_ms = timings["model_ms"]
     _warm_up(engine, job["warmup_tokens"])
     ids = prompt_ids(engine.tokenize, job["prompt_tokens"])
-    ttfts = _timed_prompts(engine, ids, job.get("prompt_runs", 1))
-    for seq in range(1, concurrency):  # the other sequences' prompts are not part of the decode timing
-        engine.start(seq, ids, Sampling())
-    t0 = time.perf_counter()
-    for _ in range(job["gen_tokens"]):
-        engine.step()
-    elapsed = time.perf_counter() - t0
+    ttfts = _timed_prompts(engine, ids, job.get("repeats", 1))
+    decodes = _timed_decodes(engine, ids, job)
     status = memory_status()
     engine.close()
-    return {
-        "load_ms": load_ms,
+    per_sequence = [job["gen_tokens"] / t for t in decodes]
+    return {  # rates are means over the repeats, as llama-bench's avg_ts
+        "load_ms": timings["model_ms"],
         "ttft_ms": statistics.median(ttfts) * 1000,
-        "prompt_tok_s": statistics.mean(len(ids) / t for t in ttfts),  # as llama-bench's avg_ts
-        "decode_tok_s": concurrency * job["gen_tokens"] / elapsed,  # aggregate over the sequences
-        "per_sequence_tok_s": job["gen_tokens"] / elapsed,
+        "prompt_tok_s": statistics.mean(len(ids) / t for t in ttfts),
+        "decode_tok_s": statistics.mean(job["concurrency"] * r for r in per_sequence),  # over the sequences
+        "per_sequence_tok_s": statistics.mean(per_sequence),
         **status,
     }
 
