@@ -16,43 +16,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 from edgekit.runtime.bench import peer
+from edgekit.runtime.bench.benchmark import engine_job
 from edgekit.runtime.bench.jobs import run_job
+from edgekit.runtime.bench.results import BenchTarget
 from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.runtime.bench.stats import summary
 
-TIMEOUT_S = 900.0
-
-
-def _job(path: Path, threads: int, repeats: int) -> dict[str, Any]:
-    s = BenchSettings()
-    return {
-        "kind": "perf",
-        "artifact": str(path),
-        "backend": "gguf",
-        "n_threads": threads,
-        "n_threads_batch": threads,
-        "n_ctx": s.n_ctx,
-        "n_batch": s.n_batch,
-        "prompt_tokens": s.prompt_tokens,
-        "gen_tokens": s.gen_tokens,
-        "warmup_tokens": s.warmup_tokens,
-        "repeats": repeats,
-        "concurrency": 1,
-    }
+METRICS = ("decode_tok_s", "prompt_tok_s")
 
 
-def _pair(tool: Path, job: dict[str, Any], edgekit_first: bool) -> dict[str, float]:
+def _job(path: Path, settings: BenchSettings, threads: int) -> dict[str, Any]:
+    target = BenchTarget(path.stem, path, "gguf", "as written")
+    return {**engine_job(settings, target, threads, threads), "kind": "perf", "concurrency": 1}
+
+
+def _pair(tool: Path, job: dict[str, Any], timeout: float, edgekit_first: bool) -> dict[str, float]:
     if edgekit_first:
-        ours = run_job(job, TIMEOUT_S)
-        theirs = peer.measure(tool, job, TIMEOUT_S)
+        ours = run_job(job, timeout)
+        theirs = peer.measure(tool, job, timeout)
     else:
-        theirs = peer.measure(tool, job, TIMEOUT_S)
-        ours = run_job(job, TIMEOUT_S)
-    return {metric: ours[metric] / theirs[metric] for metric in ("decode_tok_s", "prompt_tok_s")}
+        theirs = peer.measure(tool, job, timeout)
+        ours = run_job(job, timeout)
+    return {metric: ours[metric] / theirs[metric] for metric in METRICS}
 
 
 def main() -> int:
@@ -65,20 +54,17 @@ def main() -> int:
     tool, described = peer.find_tool()
     if tool is None:
         raise SystemExit(described)
-    summary = {}
+    settings = BenchSettings(repeats=args.repeats)
+    summaries = {}
     for path in args.models:
-        job = _job(path, args.threads, args.repeats)
+        job = _job(path, settings, args.threads)
         pairs = []
         for i in range(args.alternations):
-            pairs.append(_pair(tool, job, edgekit_first=i % 2 == 0))
+            pairs.append(_pair(tool, job, settings.job_timeout_s, edgekit_first=i % 2 == 0))
             print(json.dumps({"model": path.name, "pair": i, **pairs[-1]}), flush=True)
-        summary[path.name] = {
-            metric: {"median": statistics.median(p[metric] for p in pairs),
-                     "min": min(p[metric] for p in pairs), "max": max(p[metric] for p in pairs)}
-            for metric in ("decode_tok_s", "prompt_tok_s")
-        }  # fmt: skip
-    print(json.dumps({"peer": described, "threads": args.threads, "summary": summary}))
-    for name, metrics in summary.items():
+        summaries[path.name] = {metric: summary([p[metric] for p in pairs]) for metric in METRICS}
+    print(json.dumps({"peer": described, "threads": args.threads, "summary": summaries}))
+    for name, metrics in summaries.items():
         cells = [f"{m.split('_')[0]} {v['median']:.3f} ({v['min']:.2f}–{v['max']:.2f})" for m, v in metrics.items()]
         print(f"{name}: edgekit ÷ llama-bench, " + ", ".join(cells))
     return 0

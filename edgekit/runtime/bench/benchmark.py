@@ -46,6 +46,23 @@ def pick_threads(by_threads: dict[str, dict[str, Any]], metric: str) -> int:
     return min(t for t, m in medians.items() if m >= best * (1 - THREAD_TOLERANCE))
 
 
+def engine_job(s: BenchSettings, target: BenchTarget, threads: int, threads_batch: int) -> dict[str, Any]:
+    """What every job on `target`'s runtime engine takes (add its "kind" and the kind's own keys)."""
+    return {
+        "artifact": str(target.path),
+        "backend": target.backend,
+        "n_threads": threads,
+        "n_threads_batch": threads_batch,
+        "n_ctx": s.n_ctx,
+        "n_batch": s.n_batch,
+        "prompt_tokens": s.prompt_tokens,
+        "gen_tokens": s.gen_tokens,
+        "warmup_tokens": s.warmup_tokens,
+        "repeats": s.repeats,
+        "cpus": list(s.cpus) if s.cpus else None,
+    }
+
+
 class Benchmark:
     def __init__(self, targets: list[BenchTarget], settings: BenchSettings, log: Log | None = None) -> None:
         self.targets = targets
@@ -132,22 +149,6 @@ class Benchmark:
             self.skipped[target.name] = f"its {target.backend} runtime engine could not be measured: {exc.message}"
             return None
 
-    def _base_job(self, target: BenchTarget, threads: int, threads_batch: int) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "artifact": str(target.path),
-            "backend": target.backend,
-            "n_threads": threads,
-            "n_threads_batch": threads_batch,
-            "n_ctx": s.n_ctx,
-            "n_batch": s.n_batch,
-            "prompt_tokens": s.prompt_tokens,
-            "gen_tokens": s.gen_tokens,
-            "warmup_tokens": s.warmup_tokens,
-            "repeats": s.repeats,
-            "cpus": list(s.cpus) if s.cpus else None,
-        }
-
     def _bandwidth(self) -> dict[str, Any]:
         s = self.settings
         counts = sorted({1, *[t for t in self.threads if t <= self.machine["logical_cores"]]})
@@ -227,7 +228,7 @@ class Benchmark:
             order = self.threads[run % len(self.threads) :] + self.threads[: run % len(self.threads)]
             for target in targets:
                 self.log(f"bench  {target.name}: thread sweep {order} (run {run + 1}/{self.settings.runs})")
-                job = {**self._base_job(target, 1, 1), "kind": "sweep", "threads": order}
+                job = {**engine_job(self.settings, target, 1, 1), "kind": "sweep", "threads": order}
                 job["max_decode_s"] = self.settings.sweep_max_decode_s
                 result = self._job(job, target)
                 if result is None:
@@ -255,7 +256,8 @@ class Benchmark:
                     continue
                 got = samples[target.name]
                 gguf = target.backend == "gguf"  # load modes and the Llama() baseline are llama.cpp's
-                base = self._base_job(target, tuned[target.name]["n_threads"], tuned[target.name]["n_threads_batch"])
+                picked = tuned[target.name]
+                base = engine_job(s, target, picked["n_threads"], picked["n_threads_batch"])
                 self.log(f"bench  {target.name}: loads, concurrency {list(s.concurrency)}, baseline (run {run + 1})")
                 if s.loads and gguf:
                     self._loads(target, base, got, extras[target.name]["load_skipped"])

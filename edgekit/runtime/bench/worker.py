@@ -183,13 +183,13 @@ def job_perf(job: dict[str, Any]) -> dict[str, Any]:
     decodes = _timed_decodes(engine, ids, job)
     status = memory_status()
     engine.close()
-    per_sequence = [job["gen_tokens"] / t for t in decodes]
+    per_sequence = statistics.mean(job["gen_tokens"] / t for t in decodes)
     return {  # rates are means over the repeats, as llama-bench's avg_ts
         "load_ms": timings["model_ms"],
         "ttft_ms": statistics.median(ttfts) * 1000,
         "prompt_tok_s": statistics.mean(len(ids) / t for t in ttfts),
-        "decode_tok_s": statistics.mean(job["concurrency"] * r for r in per_sequence),  # over the sequences
-        "per_sequence_tok_s": statistics.mean(per_sequence),
+        "decode_tok_s": job["concurrency"] * per_sequence,  # aggregate over the sequences
+        "per_sequence_tok_s": per_sequence,
         **status,
     }
 
