@@ -27,8 +27,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from edgekit.fsutil import fsync_dir, write_json_atomic
-from edgekit.hashing import file_records, sha256_file
+from edgekit._util.fsutil import fsync_dir, write_json_atomic
+from edgekit._util.hashing import file_records, sha256_file
 from edgekit.memwatch import MemoryWatch
 
 CACHE_FORMAT = 1

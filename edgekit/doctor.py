@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
+from edgekit._util.versions import dist_version
 from edgekit.runtime import machine
 from edgekit.runtime.numa import read_topology
-from edgekit.versions import dist_version
 
 LOW_DISK = 2 * 2**30  # the default build keeps about 2 GiB in the cache
 LOW_MEMORY = 2 * 2**30

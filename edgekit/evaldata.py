@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from edgekit._util.hashing import sha256_text
 from edgekit.errors import SourceError
-from edgekit.hashing import sha256_text
 from edgekit.sources import resolve_path
 
 Tokenize = Callable[[str], list[int]]

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.hashing import sha256_file
 from edgekit.errors import IntegrityError, NotABundleError
-from edgekit.hashing import sha256_file
 
 MANIFEST = "manifest.json"
 SIGNATURE = "model.sig"  # the OpenSSF model signature of every file (edgekit.ship.sign)

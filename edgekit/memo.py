@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgekit.fsutil import write_bytes_atomic
-from edgekit.hashing import sha256_json
+from edgekit._util.fsutil import write_bytes_atomic
+from edgekit._util.hashing import sha256_json
 
 
 def remembered(

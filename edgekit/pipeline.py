@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import stagelog
+from edgekit._util.fsutil import staging_dir
 from edgekit.cache import CacheEntry, StageCache
 from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
 from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
 from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
-from edgekit.fsutil import staging_dir
 from edgekit.gates import counts_as_failed, judge_artifact
 from edgekit.levers import lever_figures
 from edgekit.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.gates import Gates
 from edgekit.recipe_checks import contradictions
@@ -25,7 +26,6 @@ from edgekit.recipe_targets import AUTO, Target, resolve_targets
 from edgekit.runtime.bench.settings import BenchOptions
 from edgekit.sources.synthetic import SCHEME as SYNTHETIC
 from edgekit.sources.synthetic import parse as synthetic_spec
-from edgekit.suggest import did_you_mean
 
 MAX_RECIPE_BYTES = 256 * 1024
 # tomllib's memory grows with the square of a dotted key's length (a.a.a… on one 200 KB line takes

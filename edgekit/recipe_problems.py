@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeProblem
-from edgekit.suggest import did_you_mean
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeProblem
 from edgekit.gates import Gates
 from edgekit.recipe_problems import problems_from
-from edgekit.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from edgekit.backends.base import BuildBackend

@@ -17,8 +17,8 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from edgekit._util.suggest import did_you_mean
 from edgekit.errors import MissingDependencyError, UsageError
-from edgekit.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from edgekit.backends.base import BuildBackend

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from edgekit import stagelog
+from edgekit._util.procutil import die_with_parent
 from edgekit.errors import StageError
-from edgekit.procutil import die_with_parent
 
 # Progress bars are off (a log of carriage returns helps nobody); warnings stay on: they go to the log.
 QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgekit._util.versions import dist_version
 from edgekit.memo import remembered
-from edgekit.versions import dist_version
 
 TASK = "text-generation-with-past"
 

@@ -149,7 +149,7 @@ def bench(
     trusted_keys: tuple[Path, ...],
 ) -> None:
     """Benchmark BUNDLE's artifacts on this machine, against llama-bench and the bandwidth and compute roofs."""
-    from edgekit.fsutil import write_json_atomic
+    from edgekit._util.fsutil import write_json_atomic
     from edgekit.runtime.bench.bundle import bench_bundle
 
     overrides = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildEnv, ModelInfo
 from edgekit.errors import RecipeError, RecipeProblem
 from edgekit.memo import remembered
@@ -19,7 +20,6 @@ from edgekit.plan.tasks import FetchTask, SkippedTarget
 from edgekit.recipe import Recipe, Target
 from edgekit.registry import build_backend
 from edgekit.sources import hub
-from edgekit.versions import dist_version
 
 
 def model_info(fetch: FetchTask, cache_root: Path) -> ModelInfo:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.hashing import sha256_json
+from edgekit._util.versions import dist_version, tool_versions
 from edgekit.backends.base import BuildEnv
 from edgekit.evaldata import EvalPlan, load_text
-from edgekit.hashing import sha256_json
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
@@ -49,7 +50,6 @@ from edgekit.runtime.bench.benchmark import BENCH_METHOD, BENCH_SCHEMA
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.sources.synthetic import is_synthetic
 from edgekit.sources.synthetic import parse as parse_synthetic
-from edgekit.versions import dist_version, tool_versions
 
 BENCH_VERSIONS = {"bench_schema": BENCH_SCHEMA, "bench_method": BENCH_METHOD}
 

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edgekit._util.versions import dist_version
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.evaldata import CalibrationSet, EvalPlan, EvalText, TokenIds, load_text
 from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe import Recipe, Target
 from edgekit.registry import build_backend
-from edgekit.versions import dist_version
 
 if TYPE_CHECKING:
     from edgekit.sources.tokenizer import HFTokenizer

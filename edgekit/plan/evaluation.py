@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from edgekit._util.hashing import sha256_file
+from edgekit._util.versions import dist_version
 from edgekit.evaldata import (
     ChoiceTask,
     ClozeItem,
@@ -25,12 +27,10 @@ from edgekit.evaldata import (
     make_windows,
     multiple_choice_task,
 )
-from edgekit.hashing import sha256_file
 from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe import ValidationSection
 from edgekit.sources import resolve_path
-from edgekit.versions import dist_version
 
 MEMO_FORMAT = 2  # 2: lm-eval pair tokenization, chat prompts
 

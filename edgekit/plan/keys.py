@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from edgekit._util.hashing import sha256_json
 from edgekit.cache import CACHE_FORMAT
-from edgekit.hashing import sha256_json
 
 _KEY = "edgekit.key"
 UNKEYED = {_KEY: "no"}  # field metadata: left out of the key (a label, a local path of hashed content)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from edgekit._util.hashing import sha256_json
+from edgekit._util.versions import dist_version, package_version
 from edgekit.errors import SourceError
-from edgekit.hashing import sha256_json
 from edgekit.memo import remembered
 from edgekit.plan.keys import key_inputs
 from edgekit.plan.tasks import FetchTask, TokenizerSource
@@ -23,7 +24,6 @@ from edgekit.sources import PICKLE_SUFFIXES, hub, resolve_pkg, synthetic
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files, local_path, locate_local
 from edgekit.sources.tokenizer import TOKENIZER_FILES
-from edgekit.versions import dist_version, package_version
 
 
 def fetch_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTask:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgekit._util.versions import dist_version
 from edgekit.errors import SourceTokenizerError
 from edgekit.evaldata import EvalText, first_difference
 from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask
-from edgekit.versions import dist_version
 
 
 def check_gguf_tokenizer(fetch: FetchTask, text: EvalText, cache_root: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.fsutil import write_json_atomic, write_text_atomic
+from edgekit._util.fsutil import write_json_atomic, write_text_atomic
 from edgekit.report.render import _environment
 from edgekit.report.text import fmt, mib
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.fsutil import write_json_atomic, write_text_atomic
+from edgekit._util.fsutil import write_json_atomic, write_text_atomic
 from edgekit.report.text import fmt
 from edgekit.report.view import PLOTS_DIR, view
 

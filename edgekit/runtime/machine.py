@@ -7,7 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from edgekit.hashing import sha256_json
+from edgekit._util.hashing import sha256_json
 from edgekit.runtime.numa import read_topology
 
 

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from edgekit._util.fsutil import ensure_free_space
+from edgekit._util.procutil import die_with_parent
 from edgekit.errors import (
     DiskFullError,
     DowngradeError,
@@ -34,9 +36,7 @@ from edgekit.errors import (
     SmokeTestError,
     TrustError,
 )
-from edgekit.fsutil import ensure_free_space
 from edgekit.manifest import load_manifest
-from edgekit.procutil import die_with_parent
 from edgekit.ship.slots import InstallRoot, slot_summary
 from edgekit.ship.trust import Checked, TrustPolicy, require_policy, verify_trusted
 from edgekit.ship.unpack import Head, Unpacked, unpack

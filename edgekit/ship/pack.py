@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from edgekit._util.fsutil import ensure_free_space, fsync_dir
+from edgekit._util.hashing import sha256_file
 from edgekit.errors import MissingDependencyError, UsageError
-from edgekit.fsutil import ensure_free_space, fsync_dir
-from edgekit.hashing import sha256_file
 from edgekit.manifest import MANIFEST, SIGNATURE, verify_bundle
 
 SUFFIX = ".edgekit"

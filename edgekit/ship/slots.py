@@ -25,8 +25,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from edgekit._util.fsutil import abandoned, fsync_dir, lock_folder, write_bytes_atomic
 from edgekit.errors import InstallError, IntegrityError
-from edgekit.fsutil import abandoned, fsync_dir, lock_folder, write_bytes_atomic
 from edgekit.manifest import load_manifest
 
 STATE = "state.json"

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from edgekit._util.hashing import CHUNK
 from edgekit.errors import MissingDependencyError, PackError
-from edgekit.hashing import CHUNK
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION, SIGNATURE, listed_files, plain_relative
 
 SIGNATURE_MAX = 2**20

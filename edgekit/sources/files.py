@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgekit.fsutil import write_text_atomic
-from edgekit.hashing import sha256_file, sha256_text
+from edgekit._util.fsutil import write_text_atomic
+from edgekit._util.hashing import sha256_file, sha256_text
 from edgekit.records import SourceFile
 
 

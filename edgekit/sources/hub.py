@@ -12,8 +12,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from edgekit._util.fsutil import write_json_atomic
 from edgekit.errors import RecipeProblem, SourceError
-from edgekit.fsutil import write_json_atomic
 from edgekit.records import SourceFile
 from edgekit.sources.local import pick_weights
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from edgekit._util.suggest import did_you_mean
 from edgekit.errors import SourceError
-from edgekit.suggest import did_you_mean
 
 SCHEME = "synthetic://"
 # Bumped when the weights written for a spec change (their values, names or layout).

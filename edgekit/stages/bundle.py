@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
+from edgekit._util.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
+from edgekit._util.hashing import copy_hashed, file_records, sha256_json
 from edgekit.cache import CacheEntry
 from edgekit.errors import CorruptCacheEntry
-from edgekit.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
-from edgekit.hashing import copy_hashed, file_records, sha256_json
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.records import Artifact, Checkpoint

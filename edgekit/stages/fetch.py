@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.fsutil import ensure_free_space
+from edgekit._util.hashing import sha256_file
 from edgekit.errors import SourceError, StageError
-from edgekit.fsutil import ensure_free_space
-from edgekit.hashing import sha256_file
 from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.records import Checkpoint, SourceFile
 from edgekit.sources import PICKLE_SUFFIXES, hub, synthetic

@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.hashing import sha256_file
 from edgekit.cache import ENTRY_FILE, CacheEntry, StageCache
 from edgekit.errors import ReferenceMismatchError, UsageError
-from edgekit.hashing import sha256_file
 from edgekit.plan.keys import task_key
 from edgekit.plan.tasks import ReferenceTask
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from edgekit._util.hashing import sha256_file
 from edgekit.errors import ToolchainError
-from edgekit.hashing import sha256_file
 from edgekit.toolchain.sdist import (
     commit_from_changelog,
     download_sdist,

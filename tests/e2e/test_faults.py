@@ -26,8 +26,8 @@ import psutil
 import pytest
 from tiny_project import TINY_RECIPE, build_env, make_project
 
+from edgekit._util.hashing import sha256_file
 from edgekit.cache import ENTRY_FILE
-from edgekit.hashing import sha256_file
 from edgekit.manifest import verify_bundle
 
 STAGES = ("fetch", "convert", "quantize", "reference", "validate")

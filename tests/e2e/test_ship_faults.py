@@ -26,7 +26,7 @@ import pytest
 from cli_in_process import run_cli as cli
 from test_faults import wait_until
 
-from edgekit.fsutil import write_json_atomic
+from edgekit._util.fsutil import write_json_atomic
 from edgekit.manifest import verify_bundle
 from edgekit.ship.trust import TRUST_DIR_ENV
 

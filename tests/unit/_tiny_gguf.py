@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.hashing import file_records
+from edgekit._util.hashing import file_records
 from edgekit.runtime.config import render_runtime_toml
 
 CHATML = (

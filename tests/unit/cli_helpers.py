@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from edgekit.hashing import file_records
+from edgekit._util.hashing import file_records
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from edgekit._util.fsutil import abandoned, ensure_free_space, exchange_paths, staging_dir
 from edgekit.errors import DiskSpaceError
-from edgekit.fsutil import abandoned, ensure_free_space, exchange_paths, staging_dir
 
 READER = """
 import os, sys, time

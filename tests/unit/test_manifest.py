@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from edgekit._util.hashing import file_records
 from edgekit.errors import IntegrityError
-from edgekit.hashing import file_records
 from edgekit.manifest import SCHEMA_VERSION, verify_bundle
 
 

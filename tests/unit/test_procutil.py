@@ -14,7 +14,7 @@ import pytest
 
 PARENT = """
 import subprocess, sys, time
-from edgekit.procutil import die_with_parent
+from edgekit._util.procutil import die_with_parent
 tied = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=die_with_parent())
 free = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print(tied.pid, free.pid, flush=True)

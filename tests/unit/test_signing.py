@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from test_integrity import flip_byte, make_bundle, write_manifest
 
+from edgekit._util.hashing import file_records
 from edgekit.errors import IntegrityError, TrustError, TrustPolicyError, UsageError
-from edgekit.hashing import file_records
 from edgekit.manifest import SIGNATURE, verify_bundle
 from edgekit.ship.keys import generate_keypair
 from edgekit.ship.sign import sign_bundle, verify_signature

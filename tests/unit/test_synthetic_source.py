@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgekit._util.hashing import sha256_file
 from edgekit.errors import SourceError, UsageError
-from edgekit.hashing import sha256_file
 from edgekit.sources.synthetic import PRESETS, Shape, config, parse, tensor_layout, write_weights
 
 

@@ -20,6 +20,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from edgekit._util.fsutil import ensure_free_space
+from edgekit._util.hashing import sha256_file
+from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildBackend, BuildEnv, Levers, ModelInfo, SensitivityProbe
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf import levers
@@ -27,13 +30,10 @@ from edgekit.backends.gguf.gates import DEFAULT_GATES
 from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
 from edgekit.errors import RecipeProblem, StageError, UsageError
-from edgekit.fsutil import ensure_free_space
 from edgekit.gates import Gates
-from edgekit.hashing import sha256_file
 from edgekit.memo import remembered
 from edgekit.progress import Progress
 from edgekit.records import Checkpoint
-from edgekit.versions import dist_version
 
 F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"

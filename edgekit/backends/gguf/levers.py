@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.hashing import sha256_file
+from edgekit._util.suggest import did_you_mean
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf.options import GGUFOptions
 from edgekit.errors import RecipeProblem
-from edgekit.hashing import sha256_file
-from edgekit.suggest import did_you_mean
 
 IMATRIX_FILE = "imatrix.gguf"
 CALIBRATION_FILE = "calibration.txt"

@@ -13,8 +13,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeProblem
-from edgekit.suggest import did_you_mean
 
 # The ggml types llama-quantize writes for a tensor without an importance matrix (the IQ1/IQ2/IQ3
 # types need one, and some cannot be chosen per tensor at all). Case does not matter, as in llama-quantize.

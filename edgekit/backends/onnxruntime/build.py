@@ -22,16 +22,16 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgekit._util.fsutil import ensure_free_space
+from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
 from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
 from edgekit.errors import RecipeProblem
-from edgekit.fsutil import ensure_free_space
 from edgekit.gates import Gates
 from edgekit.progress import Progress
 from edgekit.records import Checkpoint
-from edgekit.versions import dist_version
 
 MODEL = "model.onnx"
 ARTIFACT_DIR = "model"

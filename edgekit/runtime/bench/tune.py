@@ -15,8 +15,8 @@ from typing import Any
 
 import tomli_w
 
+from edgekit._util.fsutil import write_text_atomic
 from edgekit.errors import EngineError, RuntimeConfigError
-from edgekit.fsutil import write_text_atomic
 from edgekit.runtime import machine
 from edgekit.runtime.bench.benchmark import Benchmark
 from edgekit.runtime.bench.results import BenchTarget
