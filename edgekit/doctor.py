@@ -47,7 +47,7 @@ class Package:
 
 
 def diagnose(cache_dir: Path | None = None, out_dir: Path | None = None) -> list[Check]:
-    from edgekit.cache import default_cache_root
+    from edgekit.store.cache import default_cache_root
 
     cache = cache_dir or default_cache_root()
     out = out_dir or Path.cwd() / "dist"

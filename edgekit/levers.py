@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.cache import CacheEntry
 from edgekit.executors.ladder import LadderOutcome, Rung
 from edgekit.gates import judge_artifact
 from edgekit.metrics import BlockBootstrap
 from edgekit.plan.tasks import Bootstrap, BundleTask, Comparison, TargetPlan
 from edgekit.stages import quantize
 from edgekit.stages.validate import TOKEN_FILE
+from edgekit.store.cache import CacheEntry
 
 FIGURES = ("kld_mean", "top1", "ppl_ratio", "kld_p99")
 

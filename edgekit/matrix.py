@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from edgekit.cache import StageCache
 from edgekit.errors import GateFailure, UsageError
 from edgekit.executors.base import Executor, TaskEvent, Tools
 from edgekit.executors.ladder import run_ladders
@@ -27,6 +26,7 @@ from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.boxes import Box
 from edgekit.progress import Progress
 from edgekit.recipe import Recipe
+from edgekit.store.cache import StageCache
 
 
 class Cluster(Protocol):

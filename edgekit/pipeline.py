@@ -18,7 +18,6 @@ from typing import Any
 
 from edgekit import stagelog
 from edgekit._util.fsutil import staging_dir
-from edgekit.cache import CacheEntry, StageCache
 from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
 from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
 from edgekit.executors.ladder import LadderOutcome, run_ladders
@@ -30,13 +29,14 @@ from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
 from edgekit.progress import Progress
 from edgekit.recipe import Recipe
-from edgekit.records import Artifact
 from edgekit.repair import repair
 from edgekit.report.model import build_report
 from edgekit.report.render import write_reports
 from edgekit.stages import bundle, fetch, quantize
 from edgekit.stages.reference import load_reference, noise_floor_metrics
 from edgekit.stages.reference_transfer import import_reference
+from edgekit.store.cache import CacheEntry, StageCache
+from edgekit.store.records import Artifact
 
 STAGE_GROUPS = {"convert": "convert+quantize", "quantize": "convert+quantize"}
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgekit.cache import CacheEntry, StageCache
 from edgekit.executors.base import Executor
 from edgekit.plan.build import Plan
 from edgekit.plan.tasks import Task
 from edgekit.progress import Progress
+from edgekit.store.cache import CacheEntry, StageCache
 
 
 def repair(

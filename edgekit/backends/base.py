@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from edgekit.errors import MissingDependencyError, RecipeProblem
 from edgekit.gates import Gates
 from edgekit.progress import Progress
-from edgekit.records import Checkpoint
 from edgekit.scoring import LogitsRunner
+from edgekit.store.records import Checkpoint
 
 
 class NoOptions(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit._util.versions import dist_version
-from edgekit.memo import remembered
+from edgekit.store.memo import remembered
 
 TASK = "text-generation-with-past"
 

@@ -97,7 +97,7 @@ def recipe_path(recipe: str | None) -> Path:
 
 
 def open_cache(cache_dir: str | None) -> Any:
-    from edgekit.cache import StageCache
+    from edgekit.store.cache import StageCache
 
     return StageCache(Path(cache_dir) if cache_dir else None)
 

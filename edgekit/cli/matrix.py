@@ -26,10 +26,10 @@ def build_many(
     command: str,
     release: int | None = None,
 ) -> None:
-    from edgekit.cache import StageCache
     from edgekit.errors import GateFailure
     from edgekit.matrix import build_matrix, plan_all
     from edgekit.recipe import load_recipe
+    from edgekit.store.cache import StageCache
 
     loaded = [load_recipe(recipe_path(r)) for r in recipes or (None,)]
     if release is not None:

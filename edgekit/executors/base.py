@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgekit import stagelog
-from edgekit.cache import CacheEntry, StageCache
 from edgekit.plan.tasks import Task
 from edgekit.progress import Progress
 from edgekit.stages import runner
 from edgekit.stages.context import StageContext
+from edgekit.store.cache import CacheEntry, StageCache
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
-from edgekit.cache import CacheEntry
 from edgekit.errors import ClusterError, StageError
 from edgekit.executors.base import TaskEvent, Tools, execute
 from edgekit.plan.boxes import Box
@@ -29,6 +28,7 @@ from edgekit.plan.build import dependency_order
 from edgekit.plan.tasks import Task
 from edgekit.progress import Progress
 from edgekit.runtime.box import BOX_RESOURCE, LABEL_PREFIX
+from edgekit.store.cache import CacheEntry
 
 MAX_RETRIES = 3
 POLL_SECONDS = 0.5

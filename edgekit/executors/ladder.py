@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgekit.cache import CacheEntry
 from edgekit.executors.base import Executor
 from edgekit.gates import judge_artifact
 from edgekit.plan.build import Plan, bench_over, dependency_order
@@ -20,6 +19,7 @@ from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
 from edgekit.progress import Progress
 from edgekit.stages import quantize
+from edgekit.store.cache import CacheEntry
 
 NOT_RUN = "not built"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildEnv, ModelInfo
 from edgekit.errors import RecipeError, RecipeProblem
-from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask, SkippedTarget
 from edgekit.recipe import Recipe, Target
 from edgekit.registry import build_backend
 from edgekit.sources import hub
+from edgekit.store.memo import remembered
 
 
 def model_info(fetch: FetchTask, cache_root: Path) -> ModelInfo:

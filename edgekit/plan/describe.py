@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from edgekit.cache import StageCache
 from edgekit.plan.build import Plan, dependency_order
 from edgekit.plan.tasks import Task
+from edgekit.store.cache import StageCache
 
 PLAN_SCHEMA_VERSION = 1
 

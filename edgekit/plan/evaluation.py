@@ -27,10 +27,10 @@ from edgekit.evaldata import (
     make_windows,
     multiple_choice_task,
 )
-from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe import ValidationSection
 from edgekit.sources import resolve_path
+from edgekit.store.memo import remembered
 
 MEMO_FORMAT = 2  # 2: lm-eval pair tokenization, chat prompts
 

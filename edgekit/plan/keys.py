@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from edgekit._util.hashing import sha256_json
-from edgekit.cache import CACHE_FORMAT
+from edgekit.store.cache import CACHE_FORMAT
 
 _KEY = "edgekit.key"
 UNKEYED = {_KEY: "no"}  # field metadata: left out of the key (a label, a local path of hashed content)

@@ -15,15 +15,15 @@ from pathlib import Path
 from edgekit._util.hashing import sha256_json
 from edgekit._util.versions import dist_version, package_version
 from edgekit.errors import SourceError
-from edgekit.memo import remembered
 from edgekit.plan.keys import key_inputs
 from edgekit.plan.tasks import FetchTask, TokenizerSource
 from edgekit.recipe import ModelSection
-from edgekit.records import SourceFile
 from edgekit.sources import PICKLE_SUFFIXES, hub, resolve_pkg, synthetic
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files, local_path, locate_local
 from edgekit.sources.tokenizer import TOKENIZER_FILES
+from edgekit.store.memo import remembered
+from edgekit.store.records import SourceFile
 
 
 def fetch_task(model: ModelSection, base_dir: Path, cache_root: Path) -> FetchTask:

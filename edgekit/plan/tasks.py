@@ -15,8 +15,8 @@ from edgekit.evaldata import CalibrationSet, EvalPlan, EvalText
 from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED
 from edgekit.plan.task_base import Resources, Task
-from edgekit.records import SourceFile
 from edgekit.sources.synthetic import SyntheticSpec
+from edgekit.store.records import SourceFile
 
 STAGE_ORDER = ("fetch", "convert", "imatrix", "quantize", "reference", "validate", "smoke", "sensitivity", "bench",
                "report", "bundle")  # fmt: skip

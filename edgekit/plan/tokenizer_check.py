@@ -9,8 +9,8 @@ from pathlib import Path
 from edgekit._util.versions import dist_version
 from edgekit.errors import SourceTokenizerError
 from edgekit.evaldata import EvalText, first_difference
-from edgekit.memo import remembered
 from edgekit.plan.tasks import FetchTask
+from edgekit.store.memo import remembered
 
 
 def check_gguf_tokenizer(fetch: FetchTask, text: EvalText, cache_root: Path) -> None:

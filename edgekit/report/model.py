@@ -20,7 +20,7 @@ from edgekit.report.text import type_mix_text
 
 if TYPE_CHECKING:
     from edgekit.plan.tasks import ReportTask, TargetPlan
-    from edgekit.records import Checkpoint
+    from edgekit.store.records import Checkpoint
 
 REPORT_SCHEMA = 1
 # Per-token KLD histogram: 8 log-spaced bins a decade from 1e-6 to 10 nats. Values below the first

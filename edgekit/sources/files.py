@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgekit._util.fsutil import write_text_atomic
 from edgekit._util.hashing import sha256_file, sha256_text
-from edgekit.records import SourceFile
+from edgekit.store.records import SourceFile
 
 
 def source_file(path: Path, name: str, cache_root: Path) -> SourceFile:

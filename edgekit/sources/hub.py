@@ -14,8 +14,8 @@ from pathlib import Path
 
 from edgekit._util.fsutil import write_json_atomic
 from edgekit.errors import RecipeProblem, SourceError
-from edgekit.records import SourceFile
 from edgekit.sources.local import pick_weights
+from edgekit.store.records import SourceFile
 
 SAFE_PATTERNS = ("*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja")
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth")

@@ -28,14 +28,14 @@ from typing import Any
 from edgekit import __version__
 from edgekit._util.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
 from edgekit._util.hashing import copy_hashed, file_records, sha256_json
-from edgekit.cache import CacheEntry
 from edgekit.errors import CorruptCacheEntry
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
-from edgekit.records import Artifact, Checkpoint
 from edgekit.runtime.config import BOX_DIR, render_runtime_toml
 from edgekit.ship import service
 from edgekit.sources.tokenizer import TOKENIZER_FILES
+from edgekit.store.cache import CacheEntry
+from edgekit.store.records import Artifact, Checkpoint
 
 # tokenizer/ in the bundle: the tokenizer files, and the configs that say how it is used (BOS, EOS).
 BUNDLED_TOKENIZER = (*TOKENIZER_FILES, "generation_config.json", "config.json")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.backends.base import BuildEnv
-from edgekit.cache import CacheEntry
 from edgekit.progress import Progress
+from edgekit.store.cache import CacheEntry
 
 if TYPE_CHECKING:
     from edgekit.plan.tasks import Task

@@ -19,13 +19,13 @@ from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.hashing import sha256_file
 from edgekit.errors import SourceError, StageError
 from edgekit.plan.tasks import FetchTask, TokenizerSource
-from edgekit.records import Checkpoint, SourceFile
 from edgekit.sources import PICKLE_SUFFIXES, hub, synthetic
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files
 from edgekit.sources.synthetic import SyntheticSpec
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 from edgekit.stages.context import StageContext
+from edgekit.store.records import Checkpoint, SourceFile
 
 CHECKPOINT_DIR = "checkpoint"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.cache import CacheEntry
 from edgekit.plan.tasks import QuantizeTask
-from edgekit.records import Artifact
 from edgekit.registry import build_backend
 from edgekit.stages.context import StageContext
+from edgekit.store.cache import CacheEntry
+from edgekit.store.records import Artifact
 
 
 def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.cache import CacheEntry
 from edgekit.differences import reference_completions
 from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
 from edgekit.metrics import reference_slice
@@ -39,6 +38,7 @@ from edgekit.scoring import (
     summarise,
 )
 from edgekit.stages.context import StageContext
+from edgekit.store.cache import CacheEntry
 
 STAGE = "reference"
 NOISE_FILE = "noise_floor.npz"

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._util.hashing import sha256_file
-from edgekit.cache import ENTRY_FILE, CacheEntry, StageCache
 from edgekit.errors import ReferenceMismatchError, UsageError
 from edgekit.plan.keys import task_key
 from edgekit.plan.tasks import ReferenceTask
+from edgekit.store.cache import ENTRY_FILE, CacheEntry, StageCache
 
 STAGE = "reference"
 # Reference inputs as a person names them (longest matching prefix of the input's path wins).

@@ -19,13 +19,13 @@ from typing import Any
 from edgekit.differences import compared_completions, worst_spans
 from edgekit.plan.tasks import Bootstrap, Decide, EngineSettings, ValidateTask
 from edgekit.progress import Progress
-from edgekit.records import Artifact
 from edgekit.registry import build_backend
 from edgekit.scoring import Reference, check_tokenizer, evaluate, save_evaluation, summarise
 from edgekit.sequential import evaluate_until_decided
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 from edgekit.stages.reference import load_reference
+from edgekit.store.records import Artifact
 
 TOKEN_FILE = "tokens.npz"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.cache import StageCache
-from edgekit.records import Checkpoint
+from edgekit.store.cache import StageCache
+from edgekit.store.records import Checkpoint
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

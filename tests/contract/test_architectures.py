@@ -21,12 +21,12 @@ from arch_matrix import CASES, TARGETS, backends, cell
 from arch_zoo import ARCHES, make_model, to_gguf
 from hub_fixtures import publish_to_local_hub
 
-from edgekit.cache import StageCache
 from edgekit.errors import RecipeError, SourceTokenizerError
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
+from edgekit.store.cache import StageCache
 
 VALIDATION = {"max_tokens": 512, "context_length": 128, "noise_floor_dtype": "none", "bootstrap_resamples": 100}
 RUN_ALL = r"""

@@ -27,17 +27,17 @@ import pytest
 from _contract import BUNDLE_NAME, recipe_text
 from stage_runs import quantized
 
-from edgekit.cache import StageCache
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe, parse_recipe
-from edgekit.records import Artifact
 from edgekit.registry import build_backend
 from edgekit.runtime.config import RuntimeConfig
 from edgekit.runtime.engines import load_engine
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.engines.prefix import Reuse, common_prefix
+from edgekit.store.cache import StageCache
+from edgekit.store.records import Artifact
 
 ENGINE_SCRIPT = r"""
 import json, re, sys

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.cache import StageCache
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.store.cache import StageCache
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.cache import StageCache
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe, load_recipe
+from edgekit.store.cache import StageCache
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "all-backends.toml"
 

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from edgekit.backends.gguf.info import metadata
-from edgekit.cache import StageCache
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.store.cache import StageCache
 
 
 def test_default_bundle_is_complete_and_verifies(default_build: BuildResult) -> None:

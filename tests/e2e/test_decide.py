@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgekit.cache import StageCache
 from edgekit.pipeline import build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.store.cache import StageCache
 
 TEXT = Path(__file__).resolve().parents[1] / "fixtures" / "scandal_in_bohemia.txt"
 

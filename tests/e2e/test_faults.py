@@ -27,8 +27,8 @@ import pytest
 from tiny_project import TINY_RECIPE, build_env, make_project
 
 from edgekit._util.hashing import sha256_file
-from edgekit.cache import ENTRY_FILE
 from edgekit.manifest import verify_bundle
+from edgekit.store.cache import ENTRY_FILE
 
 STAGES = ("fetch", "convert", "quantize", "reference", "validate")
 KILL_POINTS = ("fetch", "converter running", "convert", "quantize", "reference", "validate", "bundle")

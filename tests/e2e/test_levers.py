@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from tiny_project import TINY_BENCH
 
-from edgekit.cache import StageCache
 from edgekit.pipeline import BuildResult, build
 from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
+from edgekit.store.cache import StageCache
 
 VALIDATION = """
 [validation]

@@ -17,8 +17,8 @@ import pytest
 from safetensors.torch import load_file
 from stage_runs import fetched
 
-from edgekit.cache import StageCache
 from edgekit.recipe import load_recipe
+from edgekit.store.cache import StageCache
 
 RECIPE = """
 [model]

@@ -23,7 +23,6 @@ import pytest
 from arch_zoo import make_model
 from hub_fixtures import save_random_llama
 
-from edgekit.cache import StageCache
 from edgekit.errors import ExitCode
 from edgekit.metrics import log_softmax, reference_slice
 from edgekit.pipeline import BuildResult
@@ -34,6 +33,7 @@ from edgekit.refmemory import AUTO_MARGIN
 from edgekit.scoring import ARRAYS, evaluate, load_evaluation
 from edgekit.stages import fetch
 from edgekit.stages.reference import NOISE_FILE, load_reference
+from edgekit.store.cache import StageCache
 from edgekit.streamed import StreamedModel
 from edgekit.torch_runner import ReferenceDevice, TorchRunner
 

@@ -15,7 +15,6 @@ import pytest
 from stage_runs import plan_of
 from tiny_project import TINY_RECIPE, build_env, make_project
 
-from edgekit.cache import StageCache
 from edgekit.errors import ExitCode
 from edgekit.manifest import verify_bundle
 from edgekit.metrics import compare
@@ -23,6 +22,7 @@ from edgekit.recipe import load_recipe
 from edgekit.runtime.config import load_runtime_config
 from edgekit.runtime.loader import open_bundle
 from edgekit.stages.reference import load_reference
+from edgekit.store.cache import StageCache
 
 
 def edgekit(project: Path, cache: Path, llama_cpp_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

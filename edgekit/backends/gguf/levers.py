@@ -124,7 +124,7 @@ def override_problems(options: GGUFOptions, names: list[str]) -> list[RecipeProb
 
 
 def memo_inputs(kind: str, location: Path, converter: dict[str, Any]) -> dict[str, Any]:
-    """What the tensor names of a model depend on (its files, the converter), for `edgekit.memo.remembered`."""
+    """What the tensor names of a model depend on (its files, the converter), for `edgekit.store.memo.remembered`."""
     files = [location] if location.is_file() else sorted(p for p in location.iterdir() if p.is_file())
     stats = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
     return {"kind": kind, "files": stats, "converter": converter}

@@ -31,7 +31,7 @@ from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
 from edgekit.errors import RecipeProblem
 from edgekit.gates import Gates
 from edgekit.progress import Progress
-from edgekit.records import Checkpoint
+from edgekit.store.records import Checkpoint
 
 MODEL = "model.onnx"
 ARTIFACT_DIR = "model"

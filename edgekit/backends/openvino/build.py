@@ -32,7 +32,7 @@ from edgekit.backends.openvino.gates import DEFAULT_GATES
 from edgekit.errors import RecipeProblem
 from edgekit.gates import Gates
 from edgekit.progress import Progress
-from edgekit.records import Checkpoint
+from edgekit.store.records import Checkpoint
 
 MODEL_XML = "openvino_model.xml"
 ARTIFACT_DIR = "model"
