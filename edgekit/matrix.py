@@ -20,11 +20,11 @@ from edgekit.errors import GateFailure, UsageError
 from edgekit.executors.base import Executor, TaskEvent, Tools
 from edgekit.executors.ladder import run_ladders
 from edgekit.executors.local import LocalExecutor
-from edgekit.memwatch import MemoryWatch
+from edgekit.observe.memwatch import MemoryWatch
+from edgekit.observe.progress import Progress
 from edgekit.pipeline import BuildResult, finish_plan
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.boxes import Box
-from edgekit.progress import Progress
 from edgekit.recipe import Recipe
 from edgekit.store.cache import StageCache
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit import stagelog
 from edgekit._util.fsutil import staging_dir
 from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
 from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
@@ -24,10 +23,11 @@ from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.gates import counts_as_failed, judge_artifact
 from edgekit.levers import lever_figures
-from edgekit.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
+from edgekit.observe import stagelog
+from edgekit.observe.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
+from edgekit.observe.progress import Progress
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
-from edgekit.progress import Progress
 from edgekit.recipe import Recipe
 from edgekit.repair import repair
 from edgekit.report.model import build_report

@@ -5,7 +5,7 @@ default); the streamed one (`edgekit.streamed`) holds one decoder layer, or the 
 that is larger. Both add what one window's forward pass and its scoring take (logits, the float64
 log-softmax behind the stored top-k, a layer's activations) and some slack. The sizes come from the
 checkpoint's config.json and its safetensors headers, read without loading a tensor. `choose` compares
-them with what this process may still allocate (`edgekit.memwatch.available_memory`) before the
+them with what this process may still allocate (`edgekit.observe.memwatch.available_memory`) before the
 reference starts, and stops with the numbers and the ways out rather than letting the kernel kill the
 build halfway.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import ReferenceMemoryError
-from edgekit.memwatch import Available
+from edgekit.observe.memwatch import Available
 from edgekit.weights import CheckpointTensors
 
 GIB = 2**30

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from edgekit.executors.base import Executor
+from edgekit.observe.progress import Progress
 from edgekit.plan.build import Plan
 from edgekit.plan.tasks import Task
-from edgekit.progress import Progress
 from edgekit.store.cache import CacheEntry, StageCache
 
 

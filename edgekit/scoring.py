@@ -36,7 +36,7 @@ from edgekit.metrics import (
     item_bootstrap,
     token_metrics,
 )
-from edgekit.progress import Progress
+from edgekit.observe.progress import Progress
 
 ARRAYS = ("topk_ids", "topk_logp", "tail_ids", "tail_logp", "target_logp")
 

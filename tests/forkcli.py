@@ -20,9 +20,9 @@ import traceback
 from typing import Any
 
 import edgekit.cli
+import edgekit.observe.progress
 import edgekit.pipeline
 import edgekit.preflight
-import edgekit.progress
 import edgekit.registry
 import edgekit.runtime.config
 

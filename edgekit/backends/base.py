@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgekit.errors import MissingDependencyError, RecipeProblem
 from edgekit.gates import Gates
-from edgekit.progress import Progress
+from edgekit.observe.progress import Progress
 from edgekit.scoring import LogitsRunner
 from edgekit.store.records import Checkpoint
 

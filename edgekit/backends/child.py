@@ -3,7 +3,7 @@
 A child keeps torch tracer warnings, NNCF and ONNX Runtime output, llama.cpp's C-level stderr and C++
 logs out of the user's terminal and in a log file in the stage's cache entry (copied into the bundle's
 `logs/`), which we show the tail of when it fails and scan for the warnings that matter
-(`edgekit.notices`); with `--verbose` it is streamed to the terminal as well. It returns its memory
+(`edgekit.observe.notices`); with `--verbose` it is streamed to the terminal as well. It returns its memory
 when it exits, and it dies with the build (`die_with_parent`) instead of writing into a temp folder
 nobody will use.
 """
@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from edgekit import stagelog
 from edgekit._util.procutil import die_with_parent
 from edgekit.errors import StageError
+from edgekit.observe import stagelog
 
 # Progress bars are off (a log of carriage returns helps nobody); warnings stay on: they go to the log.
 QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

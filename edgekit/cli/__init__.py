@@ -37,8 +37,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 @click.option("--debug", is_flag=True, help=f"Show tracebacks (or set {DEBUG_ENV}=1); with -v, everything.")
 def cli(verbose: bool, debug: bool) -> None:
     """Turn a Hugging Face causal LM into a validated, ready-to-run CPU bundle."""
-    from edgekit import stagelog
-
+    from edgekit.observe import stagelog
     if debug:
         os.environ[DEBUG_ENV] = "1"
     stagelog.echo(sys.stderr if verbose else None)

@@ -2,7 +2,7 @@
 
 **Plain output.** When the stream is not a terminal, or `TERM=dumb`, `NO_COLOR` or `CI` is set, output
 has no ANSI escapes (rich's `color_system=None`, `force_terminal=False`) and progress is one plain line
-per stage start and end (`edgekit.progress.PlainProgressReporter`).
+per stage start and end (`edgekit.observe.progress.PlainProgressReporter`).
 
 **`--json` for a command** (one decorator, one call; the schema is a file in `edgekit/cli/schemas/`):
 
@@ -60,8 +60,8 @@ err_console = Console(stderr=True, soft_wrap=True, **console_options(sys.stderr)
 def progress_reporter() -> Any:
     """Live bars on a terminal; one plain line per stage start and end otherwise (and with --verbose, whose
     streamed library output would tear live bars). Bound to stderr as it is now, before a build routes it."""
-    from edgekit import stagelog
-    from edgekit.progress import PlainProgressReporter, RichProgressReporter
+    from edgekit.observe import stagelog
+    from edgekit.observe.progress import PlainProgressReporter, RichProgressReporter
 
     stream = sys.stderr
     if plain_output(stream) or stagelog.echoing() is not None:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from edgekit import stagelog
+from edgekit.observe import stagelog
+from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Task
-from edgekit.progress import Progress
 from edgekit.stages import runner
 from edgekit.stages.context import StageContext
 from edgekit.store.cache import CacheEntry, StageCache
@@ -46,7 +46,7 @@ class Tools:
     llama_cpp_dir: str | None = None
 
 
-STAGE_LOG = "stage.log"  # in every entry: what other libraries printed while the stage ran (edgekit.stagelog)
+STAGE_LOG = "stage.log"  # in every entry: what other libraries printed while the stage ran (edgekit.observe.stagelog)
 FAILED_LOGS = "logs"  # under the cache root: the logs of a stage that failed (its entry folder is removed)
 
 

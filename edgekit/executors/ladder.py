@@ -14,10 +14,10 @@ from typing import Any
 
 from edgekit.executors.base import Executor
 from edgekit.gates import judge_artifact
+from edgekit.observe.progress import Progress
 from edgekit.plan.build import Plan, bench_over, dependency_order
 from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
-from edgekit.progress import Progress
 from edgekit.stages import quantize
 from edgekit.store.cache import CacheEntry
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from edgekit.executors.base import TaskEvent, Tools, execute, timed
+from edgekit.observe.progress import Progress
 from edgekit.plan.build import dependency_order
 from edgekit.plan.tasks import Task
-from edgekit.progress import Progress
 from edgekit.runtime import machine
 from edgekit.store.cache import CacheEntry
 

@@ -9,7 +9,7 @@ Layout:
     models/<artifact>    one file (GGUF) or folder (OpenVINO IR, ONNX) per artifact
     tokenizer/           the source tokenizer files and chat template
     report.json/.md/.html  the accuracy sign-off (and benchmark figures)
-    logs/                the build's log and every stage's logs: what other libraries printed (edgekit.stagelog)
+    logs/                the build's log and every stage's logs: what other libraries printed (edgekit.observe.stagelog)
     Dockerfile.edge      a runtime image for this bundle
     edgekit.service      a systemd unit serving the box's current release (edgekit.ship.service)
 """

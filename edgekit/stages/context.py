@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.backends.base import BuildEnv
-from edgekit.progress import Progress
+from edgekit.observe.progress import Progress
 from edgekit.store.cache import CacheEntry
 
 if TYPE_CHECKING:

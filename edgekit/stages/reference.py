@@ -24,8 +24,8 @@ import numpy as np
 from edgekit.differences import reference_completions
 from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
 from edgekit.metrics import reference_slice
+from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Bootstrap, ReferenceTask
-from edgekit.progress import Progress
 from edgekit.refmemory import MemoryPlan
 from edgekit.scoring import (
     ARRAYS,
@@ -99,7 +99,7 @@ def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
 
 def plan_memory(task: ReferenceTask, device: str, checkpoint: Path, dtypes: list[str]) -> MemoryPlan:
     """Whole or streamed, from the checkpoint's sizes and what this process may allocate; exit 3 if neither fits."""
-    from edgekit.memwatch import available_memory
+    from edgekit.observe.memwatch import available_memory
     from edgekit.refmemory import ModelShape, choose, estimates
 
     windows = task.eval.windows

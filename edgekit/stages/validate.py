@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.differences import compared_completions, worst_spans
+from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Bootstrap, Decide, EngineSettings, ValidateTask
-from edgekit.progress import Progress
 from edgekit.registry import build_backend
 from edgekit.scoring import Reference, check_tokenizer, evaluate, save_evaluation, summarise
 from edgekit.sequential import evaluate_until_decided

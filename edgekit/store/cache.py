@@ -29,7 +29,7 @@ from filelock import FileLock, Timeout
 
 from edgekit._util.fsutil import fsync_dir, write_json_atomic
 from edgekit._util.hashing import file_records, sha256_file
-from edgekit.memwatch import MemoryWatch
+from edgekit.observe.memwatch import MemoryWatch
 
 CACHE_FORMAT = 1
 ENTRY_FILE = "entry.json"

@@ -28,7 +28,7 @@ from typing import Any
 from filelock import FileLock
 
 from edgekit.errors import ToolchainError
-from edgekit.progress import Progress
+from edgekit.observe.progress import Progress
 from edgekit.toolchain.sdist import (
     commit_from_changelog,
     download_sdist,

@@ -28,8 +28,8 @@ from _contract import BUNDLE_NAME, recipe_text
 from stage_runs import quantized
 
 from edgekit.manifest import verify_bundle
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe, parse_recipe
 from edgekit.registry import build_backend
 from edgekit.runtime.config import RuntimeConfig

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 

@@ -24,7 +24,8 @@ def main() -> None:
         Path(flag).write_text(str(os.getpid()))
         time.sleep(600)
 
-    from edgekit import cache, fsutil
+    from edgekit._util import fsutil
+    from edgekit.store import cache
 
     if stage == "bundle":
         swap_in = fsutil.swap_in

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from edgekit.manifest import verify_bundle
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe, load_recipe
 from edgekit.store.cache import StageCache
 

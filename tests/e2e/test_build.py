@@ -9,8 +9,8 @@ from pathlib import Path
 
 from edgekit.backends.gguf.info import metadata
 from edgekit.manifest import verify_bundle
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 

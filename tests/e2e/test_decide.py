@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import build
-from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 

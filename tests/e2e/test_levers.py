@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from tiny_project import TINY_BENCH
 
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
 from edgekit.store.cache import StageCache
 

@@ -11,10 +11,10 @@ import jsonschema
 from tiny_project import TINY_RECIPE, make_project
 
 from edgekit.cli.common import load_schema
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
 from edgekit.plan import make_plan
 from edgekit.plan.describe import describe
-from edgekit.progress import SilentProgress
 from edgekit.recipe import load_recipe
 from edgekit.store.cache import StageCache
 

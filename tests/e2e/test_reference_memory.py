@@ -25,9 +25,9 @@ from hub_fixtures import save_random_llama
 
 from edgekit.errors import ExitCode
 from edgekit.metrics import log_softmax, reference_slice
+from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult
 from edgekit.plan import make_plan
-from edgekit.progress import SilentProgress
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
 from edgekit.refmemory import AUTO_MARGIN
 from edgekit.scoring import ARRAYS, evaluate, load_evaluation

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from edgekit.executors.base import Tools
 from edgekit.executors.local import LocalExecutor
+from edgekit.observe.progress import SilentProgress
 from edgekit.plan import Plan, make_plan
 from edgekit.plan.tasks import Task
-from edgekit.progress import SilentProgress
 from edgekit.recipe import Recipe
 from edgekit.scoring import Reference
 from edgekit.stages import fetch, quantize

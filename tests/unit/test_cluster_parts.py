@@ -17,10 +17,10 @@ import pytest
 from edgekit.errors import BoxesMissing, ClusterError, RecipeError, RuntimeConfigError
 from edgekit.executors.base import Tools
 from edgekit.executors.cluster import RayExecutor
+from edgekit.observe.progress import SilentProgress
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.keys import task_key
 from edgekit.plan.tasks import BenchTask, Resources, Task
-from edgekit.progress import SilentProgress
 from edgekit.recipe import parse_recipe
 from edgekit.report.fleet import build_fleet_report
 from edgekit.report.fleet_render import write_fleet_reports

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from edgekit.errors import ExitCode, ReferenceMemoryError
-from edgekit.memwatch import Available, MemoryWatch, available_memory, process_memory, tree_memory
+from edgekit.observe.memwatch import Available, MemoryWatch, available_memory, process_memory, tree_memory
 from edgekit.refmemory import ModelShape, choose, estimates
 from edgekit.weights import CheckpointTensors
 
@@ -89,7 +89,7 @@ def test_a_cgroup_v1_limit_and_no_limit(tmp_path: Path) -> None:
 
 def test_rlimit_data_bounds_what_is_available() -> None:
     code = (
-        "import resource; from edgekit.memwatch import available_memory;"
+        "import resource; from edgekit.observe.memwatch import available_memory;"
         "resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, resource.RLIM_INFINITY));"
         "a = available_memory(); print(a.bytes, a.limited_by)"
     )

@@ -12,7 +12,7 @@ import pytest
 from edgekit.evaldata import ClozeItem, Windows, encode_pair
 from edgekit.gates import Gates, judge, sample_to_decide
 from edgekit.metrics import Estimate, compare, log_softmax, reference_slice
-from edgekit.progress import SilentProgress
+from edgekit.observe.progress import SilentProgress
 from edgekit.scoring import Reference
 from edgekit.sequential import evaluate_until_decided, look_bounds, look_level
 from edgekit.stages.reference_transfer import differences

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
-from edgekit import stagelog
 from edgekit.backends.child import run_logged
 from edgekit.errors import StageError
-from edgekit.notices import NOTABLE, notable
+from edgekit.observe import stagelog
+from edgekit.observe.notices import NOTABLE, notable
 
 MISTRAL = (
     "The tokenizer you are loading from '/m' with an incorrect regex pattern: https://huggingface.co/x. This will "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.errors import ToolchainError
-from edgekit.progress import SilentProgress
+from edgekit.observe.progress import SilentProgress
 from edgekit.toolchain import TOOL_SETS, build_tools, llama_tool, tools_dir, tools_identity
 from edgekit.toolchain.converter import _extract_converter
 from edgekit.toolchain.sdist import commit_from_changelog

@@ -31,7 +31,7 @@ from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
 from edgekit.errors import RecipeProblem, StageError, UsageError
 from edgekit.gates import Gates
-from edgekit.progress import Progress
+from edgekit.observe.progress import Progress
 from edgekit.store.memo import remembered
 from edgekit.store.records import Checkpoint
 

@@ -31,7 +31,7 @@ from edgekit.backends.child import run_child
 from edgekit.backends.openvino.gates import DEFAULT_GATES
 from edgekit.errors import RecipeProblem
 from edgekit.gates import Gates
-from edgekit.progress import Progress
+from edgekit.observe.progress import Progress
 from edgekit.store.records import Checkpoint
 
 MODEL_XML = "openvino_model.xml"

@@ -1,6 +1,6 @@
 """The other libraries' warnings that matter, each turned into one line with the fix.
 
-Everything a library prints during a build goes to the stage's log file (`edgekit.stagelog`); the
+Everything a library prints during a build goes to the stage's log file (`edgekit.observe.stagelog`); the
 terminal shows only the lines below, once per stage, when their pattern is found in that stage's
 output. Add an entry when a library warning changes what a user should do.
 """

@@ -3,7 +3,7 @@
 A stage (one task of the plan) starts and finishes (`stage_started`, `stage_finished`, or one
 `stage_finished(reused=True)` when the cache had it); inside it, steps (`task`) may show a bar; `warn`
 is a warning that matters, one line (the other libraries' output is in the stage's log file, see
-`edgekit.stagelog`). `RichProgressReporter` draws live bars on a terminal; `PlainProgressReporter`
+`edgekit.observe.stagelog`). `RichProgressReporter` draws live bars on a terminal; `PlainProgressReporter`
 writes one plain line per stage start and end, for pipes, CI logs and dumb terminals.
 """
 
@@ -108,7 +108,7 @@ class RichProgressReporter:
             TimeElapsedColumn(),
             console=self.console,
             transient=False,
-            # Stray writes to stdout/stderr during a build go to the stage's log (edgekit.stagelog), not here.
+            # Stray writes to stdout/stderr during a build go to the stage's log (edgekit.observe.stagelog), not here.
             redirect_stdout=False,
             redirect_stderr=False,
         )

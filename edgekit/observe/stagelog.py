@@ -8,7 +8,7 @@ llama.cpp's log lines as llama-cpp-python prints them when not silenced). Child 
 log files of their own beside it (`edgekit.backends.child`), which are scanned the same way; they
 are where llama.cpp's C-level output (converter, quantizer) and exporters' output land.
 
-Each capture keeps the one-line notices (`edgekit.notices`) its output called for; the executor shows
+Each capture keeps the one-line notices (`edgekit.observe.notices`) its output called for; the executor shows
 them when the stage ends. Output from a thread with no capture of its own (a library's helper thread,
 planning) goes to the outermost open capture: the build's log. `echo(stream)` (the CLI's `--verbose`)
 copies everything to the terminal as well.
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from edgekit.errors import EdgekitError
-from edgekit.notices import notable
+from edgekit.observe.notices import notable
 
 
 class Capture:
