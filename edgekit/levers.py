@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from edgekit.executors.ladder import LadderOutcome, Rung
-from edgekit.gates import judge_artifact
-from edgekit.metrics import BlockBootstrap
 from edgekit.plan.tasks import Bootstrap, BundleTask, Comparison, TargetPlan
+from edgekit.signoff.gates import judge_artifact
+from edgekit.signoff.metrics import BlockBootstrap
 from edgekit.stages import quantize
 from edgekit.stages.validate import TOKEN_FILE
 from edgekit.store.cache import CacheEntry

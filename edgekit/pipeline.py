@@ -21,7 +21,6 @@ from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
 from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
 from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
-from edgekit.gates import counts_as_failed, judge_artifact
 from edgekit.levers import lever_figures
 from edgekit.observe import stagelog
 from edgekit.observe.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
@@ -32,6 +31,7 @@ from edgekit.recipe import Recipe
 from edgekit.repair import repair
 from edgekit.report.model import build_report
 from edgekit.report.render import write_reports
+from edgekit.signoff.gates import counts_as_failed, judge_artifact
 from edgekit.stages import bundle, fetch, quantize
 from edgekit.stages.reference import load_reference, noise_floor_metrics
 from edgekit.stages.reference_transfer import import_reference

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def check_eval_files(recipe: Recipe) -> list[RecipeProblem]:
     """The validation and calibration texts are readable UTF-8 files; every task file is well-formed JSONL."""
-    from edgekit.evaldata import load_text, multiple_choice_task
+    from edgekit.signoff.evaldata import load_text, multiple_choice_task
 
     cfg = recipe.spec.validation
     problems: list[RecipeProblem] = []

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
-from edgekit.gates import Gates
 from edgekit.recipe_checks import contradictions
 from edgekit.recipe_problems import NAME_PATTERN, problems_from
 from edgekit.recipe_targets import AUTO, Target, resolve_targets
 from edgekit.runtime.bench.settings import BenchOptions
+from edgekit.signoff.gates import Gates
 from edgekit.sources.synthetic import SCHEME as SYNTHETIC
 from edgekit.sources.synthetic import parse as synthetic_spec
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ValidationError
 
 from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeProblem
-from edgekit.gates import Gates
 from edgekit.recipe_problems import problems_from
+from edgekit.signoff.gates import Gates
 
 if TYPE_CHECKING:
     from edgekit.backends.base import BuildBackend

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from edgekit.errors import MissingDependencyError, RecipeProblem
-from edgekit.gates import Gates
 from edgekit.observe.progress import Progress
-from edgekit.scoring import LogitsRunner
+from edgekit.signoff.gates import Gates
+from edgekit.signoff.scoring import LogitsRunner
 from edgekit.store.records import Checkpoint
 
 

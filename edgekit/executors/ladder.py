@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgekit.executors.base import Executor
-from edgekit.gates import judge_artifact
 from edgekit.observe.progress import Progress
 from edgekit.plan.build import Plan, bench_over, dependency_order
 from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
+from edgekit.signoff.gates import judge_artifact
 from edgekit.stages import quantize
 from edgekit.store.cache import CacheEntry
 
@@ -32,7 +32,7 @@ class Rung:
     scheme: str
     artifact: str  # the candidate's artifact name (its figures in the bench)
     verdict: str = NOT_RUN
-    judged: dict[str, Any] = field(default_factory=dict)  # checks, reasons (edgekit.gates.judge_artifact)
+    judged: dict[str, Any] = field(default_factory=dict)  # checks, reasons (edgekit.signoff.gates.judge_artifact)
     metrics: dict[str, Any] = field(default_factory=dict)
     size: int | None = None
     bits_per_weight: float | None = None

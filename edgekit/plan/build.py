@@ -18,7 +18,6 @@ from typing import Any
 from edgekit._util.hashing import sha256_json
 from edgekit._util.versions import dist_version, tool_versions
 from edgekit.backends.base import BuildEnv
-from edgekit.evaldata import EvalPlan, load_text
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
@@ -48,6 +47,7 @@ from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.benchmark import BENCH_METHOD, BENCH_SCHEMA
 from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.signoff.evaldata import EvalPlan, load_text
 from edgekit.sources.synthetic import is_synthetic
 from edgekit.sources.synthetic import parse as parse_synthetic
 

@@ -18,10 +18,10 @@ import numpy as np
 
 from edgekit._util.versions import dist_version
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
-from edgekit.evaldata import CalibrationSet, EvalPlan, EvalText, TokenIds, load_text
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe import Recipe, Target
 from edgekit.registry import build_backend
+from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText, TokenIds, load_text
 from edgekit.store.memo import remembered
 
 if TYPE_CHECKING:

@@ -14,7 +14,9 @@ import numpy as np
 
 from edgekit._util.hashing import sha256_file
 from edgekit._util.versions import dist_version
-from edgekit.evaldata import (
+from edgekit.plan.tasks import FetchTask
+from edgekit.recipe import ValidationSection
+from edgekit.signoff.evaldata import (
     ChoiceTask,
     ClozeItem,
     EvalPlan,
@@ -27,8 +29,6 @@ from edgekit.evaldata import (
     make_windows,
     multiple_choice_task,
 )
-from edgekit.plan.tasks import FetchTask
-from edgekit.recipe import ValidationSection
 from edgekit.sources import resolve_path
 from edgekit.store.memo import remembered
 

@@ -10,9 +10,9 @@ of a GPU-computed reference plans the same key and imports the entry instead of 
 from __future__ import annotations
 
 from edgekit._util.versions import dist_version
-from edgekit.evaldata import EvalPlan
 from edgekit.plan.tasks import FetchTask, ReferenceTask
 from edgekit.recipe import ValidationSection
+from edgekit.signoff.evaldata import EvalPlan
 
 # The packages whose arithmetic the reference is: part of its key.
 REFERENCE_PACKAGES = ("torch", "transformers")

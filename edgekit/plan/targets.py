@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from edgekit.backends.base import BuildBackend
-from edgekit.gates import Gates
 from edgekit.plan.calibration import CalibrationSource
 from edgekit.plan.tasks import (
     AutoTarget,
@@ -33,6 +32,7 @@ from edgekit.plan.tasks import (
 )
 from edgekit.recipe import AUTO, Recipe, Target
 from edgekit.registry import build_backend
+from edgekit.signoff.gates import Gates
 
 GATE_NAMES = tuple(Gates.model_fields)
 REPORT_ONLY = {"sensitivity", "sensitivity_windows", "sensitivity_budget_seconds"}  # never change the artifact

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from edgekit.evaldata import CalibrationSet, EvalPlan, EvalText
-from edgekit.gates import Gates
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED
 from edgekit.plan.task_base import Resources, Task
+from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText
+from edgekit.signoff.gates import Gates
 from edgekit.sources.synthetic import SyntheticSpec
 from edgekit.store.records import SourceFile
 
@@ -183,7 +183,7 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class Decide:
-    """`[validation] decide`: evaluate in looks until every gate is decided (see edgekit.sequential)."""
+    """`[validation] decide`: evaluate in looks until every gate is decided (see edgekit.signoff.sequential)."""
 
     gates: Gates  # what must be decided: part of the key, since they decide when evaluation stops
     looks: int

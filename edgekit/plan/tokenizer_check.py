@@ -8,8 +8,8 @@ from pathlib import Path
 
 from edgekit._util.versions import dist_version
 from edgekit.errors import SourceTokenizerError
-from edgekit.evaldata import EvalText, first_difference
 from edgekit.plan.tasks import FetchTask
+from edgekit.signoff.evaldata import EvalText, first_difference
 from edgekit.store.memo import remembered
 
 

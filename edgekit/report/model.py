@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.metrics import ESTIMATORS
 from edgekit.report.text import type_mix_text
+from edgekit.signoff.metrics import ESTIMATORS
 
 if TYPE_CHECKING:
     from edgekit.plan.tasks import ReportTask, TargetPlan

@@ -72,12 +72,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.gates import counts_as_failed, judge_artifact
 from edgekit.plan.tasks import BenchTask
 from edgekit.runtime import machine
 from edgekit.runtime.bench.benchmark import Benchmark
 from edgekit.runtime.bench.results import BenchTarget
 from edgekit.runtime.bench.settings import BenchSettings
+from edgekit.signoff.gates import counts_as_failed, judge_artifact
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.differences import reference_completions
-from edgekit.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
-from edgekit.metrics import reference_slice
 from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Bootstrap, ReferenceTask
 from edgekit.refmemory import MemoryPlan
-from edgekit.scoring import (
+from edgekit.signoff.differences import reference_completions
+from edgekit.signoff.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
+from edgekit.signoff.metrics import reference_slice
+from edgekit.signoff.scoring import (
     ARRAYS,
     Reference,
     evaluate,

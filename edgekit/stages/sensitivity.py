@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from edgekit.backends.base import SensitivityProbe
-from edgekit.metrics import compare
 from edgekit.plan.tasks import SensitivityTask
 from edgekit.registry import build_backend
-from edgekit.scoring import Reference
+from edgekit.signoff.metrics import compare
+from edgekit.signoff.scoring import Reference
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 from edgekit.stages.reference import load_reference

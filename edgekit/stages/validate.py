@@ -3,11 +3,11 @@
 The artifact runs in its engine configured as the bundle's runtime.toml will configure it (what is scored
 is what the box computes). It must first tokenize the eval text to the reference's ids (else the comparison
 would be meaningless and validation stops at the first differing token); then it is scored on every window
-and task — or, with `[validation] decide`, look by look until every gate is decided (`edgekit.sequential`).
+and task — or, with `[validation] decide`, look by look until every gate is decided (`edgekit.signoff.sequential`).
 Metrics are cached per (artifact, reference, engine and bootstrap settings); gates are judged after, from
-the plan (`edgekit.gates`), so changing a threshold re-judges without re-running anything (except in
+the plan (`edgekit.signoff.gates`), so changing a threshold re-judges without re-running anything (except in
 decide mode, where the gates say when to stop). The result also holds where the artifact differs most
-(`edgekit.differences`).
+(`edgekit.signoff.differences`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from edgekit.differences import compared_completions, worst_spans
 from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Bootstrap, Decide, EngineSettings, ValidateTask
 from edgekit.registry import build_backend
-from edgekit.scoring import Reference, check_tokenizer, evaluate, save_evaluation, summarise
-from edgekit.sequential import evaluate_until_decided
+from edgekit.signoff.differences import compared_completions, worst_spans
+from edgekit.signoff.scoring import Reference, check_tokenizer, evaluate, save_evaluation, summarise
+from edgekit.signoff.sequential import evaluate_until_decided
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 from edgekit.stages.reference import load_reference

@@ -24,13 +24,13 @@ from arch_zoo import make_model
 from hub_fixtures import save_random_llama
 
 from edgekit.errors import ExitCode
-from edgekit.metrics import log_softmax, reference_slice
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult
 from edgekit.plan import make_plan
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
 from edgekit.refmemory import AUTO_MARGIN
-from edgekit.scoring import ARRAYS, evaluate, load_evaluation
+from edgekit.signoff.metrics import log_softmax, reference_slice
+from edgekit.signoff.scoring import ARRAYS, evaluate, load_evaluation
 from edgekit.stages import fetch
 from edgekit.stages.reference import NOISE_FILE, load_reference
 from edgekit.store.cache import StageCache

@@ -125,8 +125,8 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
     for a tokenizer it does not know) splits the text differently: validation must stop, not score."""
     from edgekit.backends.gguf.build import stamp_metadata
     from edgekit.engine_runner import EngineRunner
-    from edgekit.evaldata import load_text
     from edgekit.recipe import DEFAULT_RECIPE
+    from edgekit.signoff.evaldata import load_text
 
     recipe = load_recipe(DEFAULT_RECIPE)
     progress = SilentProgress()

@@ -10,7 +10,7 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.plan import Plan, make_plan
 from edgekit.plan.tasks import Task
 from edgekit.recipe import Recipe
-from edgekit.scoring import Reference
+from edgekit.signoff.scoring import Reference
 from edgekit.stages import fetch, quantize
 from edgekit.stages.reference import load_reference
 from edgekit.store.cache import CacheEntry, StageCache

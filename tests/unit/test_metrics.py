@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.gates import judge
-from edgekit.metrics import (
+from edgekit.signoff.gates import judge
+from edgekit.signoff.metrics import (
     BlockBootstrap,
     Estimate,
     compare,

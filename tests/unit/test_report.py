@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgekit.gates import judge_artifact
 from edgekit.report import plots as report_plots
 from edgekit.report.model import kld_distribution, nominal_bits, order_findings
 from edgekit.report.plots import bench_series
 from edgekit.report.render import render, write_human_reports
+from edgekit.signoff.gates import judge_artifact
 
 
 def est(value: float, low: float | None, high: float | None, n: int = 4000, unit: str = "tokens") -> dict[str, Any]:
@@ -252,7 +252,7 @@ def test_kld_distribution_accounts_for_every_token(tmp_path: Path) -> None:
 
 
 def test_no_gates_is_not_a_pass() -> None:
-    from edgekit.gates import Gates
+    from edgekit.signoff.gates import Gates
 
     judged = judge_artifact({"metrics": {}, "tasks": {}}, Gates())
     assert judged["verdict"] == "inconclusive" and "no accuracy gates" in judged["reasons"][0]

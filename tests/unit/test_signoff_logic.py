@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.evaldata import ClozeItem, Windows, encode_pair
-from edgekit.gates import Gates, judge, sample_to_decide
-from edgekit.metrics import Estimate, compare, log_softmax, reference_slice
 from edgekit.observe.progress import SilentProgress
-from edgekit.scoring import Reference
-from edgekit.sequential import evaluate_until_decided, look_bounds, look_level
+from edgekit.signoff.evaldata import ClozeItem, Windows, encode_pair
+from edgekit.signoff.gates import Gates, judge, sample_to_decide
+from edgekit.signoff.metrics import Estimate, compare, log_softmax, reference_slice
+from edgekit.signoff.scoring import Reference
+from edgekit.signoff.sequential import evaluate_until_decided, look_bounds, look_level
 from edgekit.stages.reference_transfer import differences
 
 VOCAB, LENGTH = 300, 64

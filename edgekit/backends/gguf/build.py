@@ -30,8 +30,8 @@ from edgekit.backends.gguf.gates import DEFAULT_GATES
 from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
 from edgekit.errors import RecipeProblem, StageError, UsageError
-from edgekit.gates import Gates
 from edgekit.observe.progress import Progress
+from edgekit.signoff.gates import Gates
 from edgekit.store.memo import remembered
 from edgekit.store.records import Checkpoint
 

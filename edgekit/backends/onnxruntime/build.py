@@ -29,8 +29,8 @@ from edgekit.backends.calibration import add_calibration, remove_calibration
 from edgekit.backends.child import run_child
 from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
 from edgekit.errors import RecipeProblem
-from edgekit.gates import Gates
 from edgekit.observe.progress import Progress
+from edgekit.signoff.gates import Gates
 from edgekit.store.records import Checkpoint
 
 MODEL = "model.onnx"

@@ -10,7 +10,7 @@ with about 1.6× headroom over the best configuration.
 
 from __future__ import annotations
 
-from edgekit.gates import Gates
+from edgekit.signoff.gates import Gates
 
 # No task gate by default: the cloze task of the default eval (about 130–200 sentence-final words) has a
 # paired 95% interval of ±4–5 points, as wide as any sensible threshold, so a task gate there would be

@@ -326,7 +326,7 @@ class ItemScore:
 
 
 def score_item(item: TaskItem, logits: np.ndarray) -> ItemScore:
-    from edgekit.metrics import log_softmax
+    from edgekit.signoff.metrics import log_softmax
 
     if item.split < 1:  # the first continuation token needs a position before it (the prefix token at least)
         raise ValueError("a task item needs at least one context token")

@@ -15,9 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgekit.gates import Gates, judge_artifact
 from edgekit.observe.progress import Progress
-from edgekit.scoring import Evaluation, LogitsRunner, Reference, WindowScores, score_tasks, score_windows, summarise
+from edgekit.signoff.gates import Gates, judge_artifact
+from edgekit.signoff.scoring import (
+    Evaluation,
+    LogitsRunner,
+    Reference,
+    WindowScores,
+    score_tasks,
+    score_windows,
+    summarise,
+)
 
 METHOD = "group-sequential, Bonferroni split of alpha over the planned looks (Jennison & Turnbull 2000, §2.2)"
 

@@ -1,7 +1,7 @@
 """Scoring a model against the stored reference: what validation and the noise floor share.
 
 The reference keeps, per scored token, its top-k token ids and log-probabilities, `tail_samples` tokens
-drawn from the rest of its distribution (for an unbiased KL estimate, see `edgekit.metrics.compare`)
+drawn from the rest of its distribution (for an unbiased KL estimate, see `edgekit.signoff.metrics.compare`)
 and the log-probability of the actual next token: 1,028 bytes a token with k = 64 and 64 samples,
 whatever the vocabulary. `evaluate` runs any `LogitsRunner` over the reference's windows and tasks;
 `summarise` turns the per-token comparison into metrics with intervals.
@@ -17,7 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgekit.errors import TokenizerMismatchError
-from edgekit.evaldata import (
+from edgekit.observe.progress import Progress
+from edgekit.signoff.evaldata import (
     ChoiceTask,
     ClozeItem,
     ItemScore,
@@ -27,7 +28,7 @@ from edgekit.evaldata import (
     score_item,
     task_correct,
 )
-from edgekit.metrics import (
+from edgekit.signoff.metrics import (
     LEVEL,
     ReferenceSlice,
     TokenComparison,
@@ -36,7 +37,6 @@ from edgekit.metrics import (
     item_bootstrap,
     token_metrics,
 )
-from edgekit.observe.progress import Progress
 
 ARRAYS = ("topk_ids", "topk_logp", "tail_ids", "tail_logp", "target_logp")
 

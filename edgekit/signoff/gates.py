@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from edgekit.metrics import Estimate
+from edgekit.signoff.metrics import Estimate
 
 # gate name → (metric, direction): "max" passes when the metric is at most the threshold. The p99 gate
 # judges the exact coarse-grained KLD: the sampled-tail per-token KLD is an estimate whose noise inflates
-# quantiles and is not in their interval (see edgekit.metrics).
+# quantiles and is not in their interval (see edgekit.signoff.metrics).
 GATE_METRICS: dict[str, tuple[str, str]] = {
     "kld_mean_max": ("kld_mean", "max"),
     "kld_p99_max": ("kld_coarse_p99", "max"),

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.evaldata import Prompt
-from edgekit.scoring import Evaluation, LogitsRunner, Reference
+from edgekit.signoff.evaldata import Prompt
+from edgekit.signoff.scoring import Evaluation, LogitsRunner, Reference
 
 SPANS = 10
 BEFORE, AFTER = 10, 3  # scored tokens shown before and after the worst one
