@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from edgekit.refmemory import MemoryPlan
+    from edgekit.reference.memory import MemoryPlan
 
 
 class ExitCode:

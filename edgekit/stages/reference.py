@@ -7,7 +7,7 @@ for wikitext-2's 330k tokens, for a 32k or a 150k vocabulary alike, where full F
 21 GiB or 100 GiB). Arrays are written window by window into memory-mapped .npy files and read back
 the same way, so memory does not grow with the eval length. The noise floor (the reference against
 itself in a second dtype) is computed here too. Memory does not grow with the model either when the
-reference is streamed one decoder layer at a time (`edgekit.streamed`, the same logits to the bit):
+reference is streamed one decoder layer at a time (`edgekit.reference.streamed`, the same logits to the bit):
 `plan_memory` chooses whole or streamed from the model's size and what may be allocated, and stops
 with exit 3 when neither fits. `export_reference` / `import_reference` carry the entry from a GPU box
 to CPU build boxes.
@@ -23,7 +23,7 @@ import numpy as np
 
 from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Bootstrap, ReferenceTask
-from edgekit.refmemory import MemoryPlan
+from edgekit.reference.memory import MemoryPlan
 from edgekit.signoff.differences import reference_completions
 from edgekit.signoff.evaldata import ClozeItem, ItemScore, Windows, cloze_correct
 from edgekit.signoff.metrics import reference_slice
@@ -46,8 +46,8 @@ STREAM_DIR = ".stream"  # the streamed pass's hidden states, removed before the 
 
 
 def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+    from edgekit.reference.torch_runner import resolve_device
     from edgekit.stages.fetch import checkpoint
-    from edgekit.torch_runner import resolve_device
 
     device = resolve_device(task.device, task.dtype)
     path = checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
@@ -100,7 +100,7 @@ def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
 def plan_memory(task: ReferenceTask, device: str, checkpoint: Path, dtypes: list[str]) -> MemoryPlan:
     """Whole or streamed, from the checkpoint's sizes and what this process may allocate; exit 3 if neither fits."""
     from edgekit.observe.memwatch import available_memory
-    from edgekit.refmemory import ModelShape, choose, estimates
+    from edgekit.reference.memory import ModelShape, choose, estimates
 
     windows = task.eval.windows
     longest = max([windows.length] + [len(i.ids) for t in task.eval.tasks for i in t.items])
@@ -109,7 +109,7 @@ def plan_memory(task: ReferenceTask, device: str, checkpoint: Path, dtypes: list
     if task.memory == "stream" or (task.memory == "auto" and device == "cpu"):
         from transformers import AutoConfig
 
-        from edgekit.streamed import why_not_streamable
+        from edgekit.reference.streamed import why_not_streamable
 
         streamable = why_not_streamable(checkpoint, AutoConfig.from_pretrained(checkpoint))
     return choose(task.memory, device, needs, available_memory(), streamable)
@@ -127,11 +127,11 @@ def _open_model(
     mode: str, task: ReferenceTask, device: Any, checkpoint: Path, dtypes: list[str], out: Path, ctx: StageContext
 ) -> Any:
     """`runner(dtype)` for each dtype: the whole model loaded per dtype, or every sequence streamed through once."""
-    from edgekit.torch_runner import WholeModel
+    from edgekit.reference.torch_runner import WholeModel
 
     if mode == "full":
         return WholeModel(checkpoint, device, ctx.threads)
-    from edgekit.streamed import StreamedModel
+    from edgekit.reference.streamed import StreamedModel
 
     sequences = [task.eval.windows.window(i) for i in range(task.eval.windows.count)]
     sequences += [item.ids for t in task.eval.tasks for item in t.items]

@@ -49,7 +49,7 @@ def reference(checkpoint: Checkpoint) -> list[tuple[str, list[int], np.ndarray]]
     """The reference's token ids and float32 logits of each of REFERENCE_TEXTS (torch, CPU, FP32)."""
     from _contract import REFERENCE_TEXTS
 
-    from edgekit.torch_runner import ReferenceDevice, TorchRunner
+    from edgekit.reference.torch_runner import ReferenceDevice, TorchRunner
 
     runner = TorchRunner(checkpoint.path, ReferenceDevice("cpu", "float32", "cpu"), threads=2)
     try:

@@ -28,14 +28,14 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult
 from edgekit.plan import make_plan
 from edgekit.recipe import DEFAULT_RECIPE, load_recipe
-from edgekit.refmemory import AUTO_MARGIN
+from edgekit.reference.memory import AUTO_MARGIN
+from edgekit.reference.streamed import StreamedModel
+from edgekit.reference.torch_runner import ReferenceDevice, TorchRunner
 from edgekit.signoff.metrics import log_softmax, reference_slice
 from edgekit.signoff.scoring import ARRAYS, evaluate, load_evaluation
 from edgekit.stages import fetch
 from edgekit.stages.reference import NOISE_FILE, load_reference
 from edgekit.store.cache import StageCache
-from edgekit.streamed import StreamedModel
-from edgekit.torch_runner import ReferenceDevice, TorchRunner
 
 ROUND_OFF = 1e-6
 

@@ -14,8 +14,8 @@ import pytest
 
 from edgekit.errors import ExitCode, ReferenceMemoryError
 from edgekit.observe.memwatch import Available, MemoryWatch, available_memory, process_memory, tree_memory
-from edgekit.refmemory import ModelShape, choose, estimates
-from edgekit.weights import CheckpointTensors
+from edgekit.reference.memory import ModelShape, choose, estimates
+from edgekit.sources.weights import CheckpointTensors
 
 MIB = 2**20
 

@@ -261,7 +261,7 @@ def test_no_gates_is_not_a_pass() -> None:
 def test_reference_uses_fp16_on_cuda_and_fp32_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA path cannot run here; check the choice it makes with a torch that reports a GPU."""
     from edgekit.errors import UsageError
-    from edgekit.torch_runner import resolve_device
+    from edgekit.reference.torch_runner import resolve_device
 
     def fake_torch(has_cuda: bool) -> types.ModuleType:
         torch = types.ModuleType("torch")

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgekit.backends.calibration import calibration_windows
 from edgekit.backends.child import read_spec
-from edgekit.weights import CheckpointTensors
+from edgekit.sources.weights import CheckpointTensors
 
 MODEL = "model.onnx"
 EXTERNAL_DATA = "model.onnx_data"

@@ -1,7 +1,7 @@
 """How much memory the reference will take, whole or streamed, and which of the two to run.
 
 The whole-model reference holds every parameter in the reference dtype (4 bytes each in FP32, the CPU
-default); the streamed one (`edgekit.streamed`) holds one decoder layer, or the embedding or head when
+default); the streamed one (`edgekit.reference.streamed`) holds one decoder layer, or the embedding or head when
 that is larger. Both add what one window's forward pass and its scoring take (logits, the float64
 log-softmax behind the stored top-k, a layer's activations) and some slack. The sizes come from the
 checkpoint's config.json and its safetensors headers, read without loading a tensor. `choose` compares
@@ -19,7 +19,7 @@ from typing import Any
 
 from edgekit.errors import ReferenceMemoryError
 from edgekit.observe.memwatch import Available
-from edgekit.weights import CheckpointTensors
+from edgekit.sources.weights import CheckpointTensors
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

@@ -1,10 +1,10 @@
 """The reference computed one decoder layer at a time: memory that does not grow with the model.
 
-The whole-model reference (`edgekit.torch_runner.TorchRunner`) holds every weight in the reference
+The whole-model reference (`edgekit.reference.torch_runner.TorchRunner`) holds every weight in the reference
 dtype (FP32 on a CPU: 28 GB for a 7B model) and runs one window after another. This runs the same
 transformers modules in the other order. The model is built on the meta device (no memory); then its
 embedding, each decoder layer in turn and last its final norm and head are materialized from the
-checkpoint's memory-mapped safetensors (`edgekit.weights`), every sequence to score (the eval windows
+checkpoint's memory-mapped safetensors (`edgekit.sources.weights`), every sequence to score (the eval windows
 and the task items, all known in advance) is pushed through, and the module is freed again. Between
 layers, every sequence's hidden states wait in a memory-mapped float32 file (exact for FP32, FP16 and
 BF16 alike). Each sequence still goes through each layer on its own, in transformers' own forward (the
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.weights import CheckpointTensors
+from edgekit.sources.weights import CheckpointTensors
 
 
 def skeleton(config: Any, dtype: str) -> Any:
