@@ -25,7 +25,7 @@ from edgekit.observe.progress import Progress
 from edgekit.pipeline import BuildResult, finish_plan
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.boxes import Box
-from edgekit.recipe import Recipe
+from edgekit.recipe.load import Recipe
 from edgekit.store.cache import StageCache
 
 

@@ -27,7 +27,7 @@ from edgekit.observe.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
 from edgekit.observe.progress import Progress
 from edgekit.plan import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
-from edgekit.recipe import Recipe
+from edgekit.recipe.load import Recipe
 from edgekit.repair import repair
 from edgekit.report.model import build_report
 from edgekit.report.render import write_reports

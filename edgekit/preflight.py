@@ -1,6 +1,6 @@
 """Checks that need the file system but no work: run before the first stage, so bad input writes nothing.
 
-The recipe schema (`edgekit.recipe`) checks what a recipe says; these check what it points at: the
+The recipe schema (`edgekit.recipe.schema`) checks what a recipe says; these check what it points at: the
 validation text and task files can be read, and the bundle can be written where the recipe asks
 without replacing something that is not an edgekit bundle. Every finding is a `RecipeProblem` with
 the recipe key it comes from.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.manifest import MANIFEST
-from edgekit.recipe import Recipe
+from edgekit.recipe.load import Recipe
 from edgekit.sources import resolve_path, resolve_pkg, synthetic
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import tomli_w
 
 from edgekit._util.suggest import did_you_mean
 from edgekit.errors import MissingDependencyError, UsageError
-from edgekit.recipe import Recipe, parse_recipe
+from edgekit.recipe.load import Recipe, parse_recipe
 from edgekit.registry import build_backends
 from edgekit.sources.synthetic import PRESETS
 from edgekit.sources.synthetic import parse as parse_synthetic

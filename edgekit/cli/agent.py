@@ -40,7 +40,7 @@ def agent(box: str, address: str, num_cpus: int | None, object_store_memory: int
     """Join the build cluster at ADDRESS as box NAME: it offers the resource box:NAME and labels read from
     this machine (CPU model, cores, NUMA nodes, arch, memory, measured bandwidth)."""
     from edgekit.errors import ClusterError, UsageError
-    from edgekit.recipe_problems import NAME_PATTERN
+    from edgekit.recipe.problems import NAME_PATTERN
     from edgekit.runtime.box import agent_command, box_labels, ray_executable
 
     if not re.fullmatch(NAME_PATTERN, box) or box == "local":

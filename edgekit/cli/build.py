@@ -60,7 +60,7 @@ def build(
     """Build the bundle of each RECIPE (default: the embedded SmolLM2-135M recipe); tasks they share run once."""
     from edgekit.errors import GateFailure, UsageError
     from edgekit.pipeline import build as run_build
-    from edgekit.recipe import load_recipe
+    from edgekit.recipe.load import load_recipe
 
     if len(recipes) > 1 or cluster or boxes is not None:
         from edgekit.cli.matrix import build_many
@@ -125,7 +125,7 @@ def plan(recipe: str | None, out_dir: str | None, cache_dir: str | None, threads
     from edgekit.pipeline import build_log, warn_notices
     from edgekit.plan import make_plan, output_path
     from edgekit.plan.describe import describe
-    from edgekit.recipe import load_recipe
+    from edgekit.recipe.load import load_recipe
 
     loaded = load_recipe(recipe_path(recipe))
     cache = open_cache(cache_dir)
@@ -172,7 +172,7 @@ def reference(
     from edgekit.executors.local import LocalExecutor
     from edgekit.pipeline import build_log, warn_notices
     from edgekit.plan import make_plan
-    from edgekit.recipe import load_recipe
+    from edgekit.recipe.load import load_recipe
     from edgekit.stages.reference import load_reference
     from edgekit.stages.reference_transfer import export_reference
 

@@ -91,7 +91,7 @@ bundle_argument = click.argument("bundle", type=click.Path())
 
 
 def recipe_path(recipe: str | None) -> Path:
-    from edgekit.recipe import DEFAULT_RECIPE
+    from edgekit.recipe.load import DEFAULT_RECIPE
 
     return Path(recipe) if recipe else DEFAULT_RECIPE
 

@@ -28,7 +28,7 @@ def build_many(
 ) -> None:
     from edgekit.errors import GateFailure
     from edgekit.matrix import build_matrix, plan_all
-    from edgekit.recipe import load_recipe
+    from edgekit.recipe.load import load_recipe
     from edgekit.store.cache import StageCache
 
     loaded = [load_recipe(recipe_path(r)) for r in recipes or (None,)]

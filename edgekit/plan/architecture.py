@@ -16,7 +16,8 @@ from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildEnv, ModelInfo
 from edgekit.errors import RecipeError, RecipeProblem
 from edgekit.plan.tasks import FetchTask, SkippedTarget
-from edgekit.recipe import Recipe, Target
+from edgekit.recipe.load import Recipe
+from edgekit.recipe.targets import Target
 from edgekit.registry import build_backend
 from edgekit.sources import hub
 from edgekit.store.memo import remembered

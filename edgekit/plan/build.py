@@ -41,7 +41,8 @@ from edgekit.plan.tasks import (
 )
 from edgekit.plan.tokenizer_check import check_gguf_tokenizer
 from edgekit.preflight import preflight
-from edgekit.recipe import DEFAULT_RECIPE, Recipe, Target
+from edgekit.recipe.load import DEFAULT_RECIPE, Recipe
+from edgekit.recipe.targets import Target
 from edgekit.registry import build_backend
 from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
@@ -244,7 +245,7 @@ def _provenance(fetch: FetchTask, model_section_sha256: str) -> dict[str, str]:
         "edgekit.source.uri": fetch.uri,
         "edgekit.source.revision": fetch.revision or "",
         "edgekit.source.checkpoint_key": fetch.key,
-        "edgekit.recipe.model_sha256": model_section_sha256,
+        "edgekit.recipe.schema.model_sha256": model_section_sha256,
     }
     if fetch.uri.startswith("hf://"):
         values["general.source.repo_url"] = "https://huggingface.co/" + fetch.uri.removeprefix("hf://")

@@ -19,7 +19,8 @@ import numpy as np
 from edgekit._util.versions import dist_version
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.plan.tasks import FetchTask
-from edgekit.recipe import Recipe, Target
+from edgekit.recipe.load import Recipe
+from edgekit.recipe.targets import Target
 from edgekit.registry import build_backend
 from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText, TokenIds, load_text
 from edgekit.store.memo import remembered

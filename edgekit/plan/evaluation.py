@@ -15,7 +15,7 @@ import numpy as np
 from edgekit._util.hashing import sha256_file
 from edgekit._util.versions import dist_version
 from edgekit.plan.tasks import FetchTask
-from edgekit.recipe import ValidationSection
+from edgekit.recipe.schema import ValidationSection
 from edgekit.signoff.evaldata import (
     ChoiceTask,
     ClozeItem,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from edgekit._util.versions import dist_version
 from edgekit.plan.tasks import FetchTask, ReferenceTask
-from edgekit.recipe import ValidationSection
+from edgekit.recipe.schema import ValidationSection
 from edgekit.signoff.evaldata import EvalPlan
 
 # The packages whose arithmetic the reference is: part of its key.

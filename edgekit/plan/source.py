@@ -17,7 +17,7 @@ from edgekit._util.versions import dist_version, package_version
 from edgekit.errors import SourceError
 from edgekit.plan.keys import key_inputs
 from edgekit.plan.tasks import FetchTask, TokenizerSource
-from edgekit.recipe import ModelSection
+from edgekit.recipe.schema import ModelSection
 from edgekit.sources import PICKLE_SUFFIXES, hub, resolve_pkg, synthetic
 from edgekit.sources.files import source_file
 from edgekit.sources.local import checkpoint_files, local_path, locate_local

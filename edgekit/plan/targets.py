@@ -30,7 +30,9 @@ from edgekit.plan.tasks import (
     TargetPlan,
     ValidateTask,
 )
-from edgekit.recipe import AUTO, Recipe, Target
+from edgekit.recipe.load import Recipe
+from edgekit.recipe.schema import AUTO
+from edgekit.recipe.targets import Target
 from edgekit.registry import build_backend
 from edgekit.signoff.gates import Gates
 

@@ -37,7 +37,7 @@ def checkpoint(contract_cache: StageCache, tmp_path_factory: pytest.TempPathFact
     from _contract import recipe_text
     from stage_runs import fetched
 
-    from edgekit.recipe import parse_recipe
+    from edgekit.recipe.load import parse_recipe
 
     path = tmp_path_factory.mktemp("recipe") / "recipe.toml"
     path.write_text(recipe_text("gguf", "Q8_0"))

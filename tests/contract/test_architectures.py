@@ -25,7 +25,7 @@ from edgekit.errors import RecipeError, SourceTokenizerError
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.recipe import load_recipe
+from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 
 VALIDATION = {"max_tokens": 512, "context_length": 128, "noise_floor_dtype": "none", "bootstrap_resamples": 100}

@@ -30,7 +30,7 @@ from stage_runs import quantized
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.recipe import Recipe, parse_recipe
+from edgekit.recipe.load import Recipe, parse_recipe
 from edgekit.registry import build_backend
 from edgekit.runtime.config import RuntimeConfig
 from edgekit.runtime.engines import load_engine

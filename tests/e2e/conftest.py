@@ -10,7 +10,7 @@ import pytest
 
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 
 

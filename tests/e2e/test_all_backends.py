@@ -13,7 +13,7 @@ import pytest
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.recipe import Recipe, load_recipe
+from edgekit.recipe.load import Recipe, load_recipe
 from edgekit.store.cache import StageCache
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "all-backends.toml"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import build
-from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 
 TEXT = Path(__file__).resolve().parents[1] / "fixtures" / "scandal_in_bohemia.txt"

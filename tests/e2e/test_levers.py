@@ -19,7 +19,7 @@ from tiny_project import TINY_BENCH
 
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
-from edgekit.recipe import load_recipe
+from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 
 VALIDATION = """

@@ -17,7 +17,7 @@ import pytest
 from safetensors.torch import load_file
 from stage_runs import fetched
 
-from edgekit.recipe import load_recipe
+from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 
 RECIPE = """

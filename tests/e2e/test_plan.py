@@ -15,7 +15,7 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult, build
 from edgekit.plan import make_plan
 from edgekit.plan.describe import describe
-from edgekit.recipe import load_recipe
+from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 
 TASK_KEYS = {"id", "stage", "key", "cached", "deps", "resources", "inputs"}

@@ -27,7 +27,7 @@ from edgekit.errors import ExitCode
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult
 from edgekit.plan import make_plan
-from edgekit.recipe import DEFAULT_RECIPE, load_recipe
+from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.reference.memory import AUTO_MARGIN
 from edgekit.reference.streamed import StreamedModel
 from edgekit.reference.torch_runner import ReferenceDevice, TorchRunner

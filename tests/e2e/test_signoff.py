@@ -17,7 +17,7 @@ from tiny_project import TINY_RECIPE, build_env, make_project
 
 from edgekit.errors import ExitCode
 from edgekit.manifest import verify_bundle
-from edgekit.recipe import load_recipe
+from edgekit.recipe.load import load_recipe
 from edgekit.runtime.config import load_runtime_config
 from edgekit.runtime.loader import open_bundle
 from edgekit.signoff.metrics import compare

@@ -19,7 +19,7 @@ from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline import BuildResult
 from edgekit.plan.tasks import Bootstrap, EngineSettings
-from edgekit.recipe import load_recipe
+from edgekit.recipe.load import load_recipe
 from edgekit.stages import validate
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Artifact
@@ -125,7 +125,7 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
     for a tokenizer it does not know) splits the text differently: validation must stop, not score."""
     from edgekit.backends.gguf.build import stamp_metadata
     from edgekit.engine_runner import EngineRunner
-    from edgekit.recipe import DEFAULT_RECIPE
+    from edgekit.recipe.load import DEFAULT_RECIPE
     from edgekit.signoff.evaldata import load_text
 
     recipe = load_recipe(DEFAULT_RECIPE)

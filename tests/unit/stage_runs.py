@@ -9,7 +9,7 @@ from edgekit.executors.local import LocalExecutor
 from edgekit.observe.progress import SilentProgress
 from edgekit.plan import Plan, make_plan
 from edgekit.plan.tasks import Task
-from edgekit.recipe import Recipe
+from edgekit.recipe.load import Recipe
 from edgekit.signoff.scoring import Reference
 from edgekit.stages import fetch, quantize
 from edgekit.stages.reference import load_reference

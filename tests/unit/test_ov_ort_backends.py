@@ -11,7 +11,7 @@ import pytest
 from build_side import build_side
 
 from edgekit.errors import MissingDependencyError, RecipeError
-from edgekit.recipe import parse_recipe
+from edgekit.recipe.load import parse_recipe
 from edgekit.registry import build_backend
 
 HEAD = """

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.errors import RecipeError
-from edgekit.recipe import DEFAULT_RECIPE, load_recipe, parse_recipe
+from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe, parse_recipe
 
 MINIMAL = """
 [model]

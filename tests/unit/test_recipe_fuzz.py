@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from edgekit.errors import RecipeError
-from edgekit.recipe import DEFAULT_RECIPE, Recipe, RecipeModel, parse_recipe
+from edgekit.recipe.load import DEFAULT_RECIPE, Recipe, parse_recipe
+from edgekit.recipe.schema import RecipeModel
 
 PATH = Path("fuzz.toml")
 VALID = DEFAULT_RECIPE.read_bytes()

@@ -11,7 +11,7 @@ import pytest
 from stage_runs import fetched, plan_of, run_tasks
 
 from edgekit.errors import SourceError
-from edgekit.recipe import parse_recipe
+from edgekit.recipe.load import parse_recipe
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Checkpoint
 

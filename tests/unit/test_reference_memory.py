@@ -173,7 +173,7 @@ def test_too_little_memory_stops_with_the_numbers_and_the_ways_out() -> None:
 
 def test_the_recipe_takes_reference_memory() -> None:
     from edgekit.errors import RecipeError
-    from edgekit.recipe import parse_recipe
+    from edgekit.recipe.load import parse_recipe
 
     base = '[model]\nsource = "m"\n[[targets]]\nbackend = "gguf"\nscheme = "Q8_0"\n[validation]\n'
     assert (

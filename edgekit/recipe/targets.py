@@ -14,14 +14,12 @@ from pydantic import BaseModel, ValidationError
 
 from edgekit._util.suggest import did_you_mean
 from edgekit.errors import RecipeProblem
-from edgekit.recipe_problems import problems_from
+from edgekit.recipe.problems import problems_from
+from edgekit.recipe.schema import AUTO, TargetSpec
 from edgekit.signoff.gates import Gates
 
 if TYPE_CHECKING:
     from edgekit.backends.base import BuildBackend
-
-AUTO = "auto"  # the scheme of a target that picks the first candidate of its ladder that passes
-
 
 @dataclass(frozen=True)
 class Candidate:
@@ -76,7 +74,7 @@ def _checked_options(
     return model, [RecipeProblem(f"{key}.{p.key}" if p.key else key, p.problem, p.suggestion) for p in found]
 
 
-def _ladder(spec: Any, backend: BuildBackend, key: str) -> tuple[list[Candidate], list[RecipeProblem]]:
+def _ladder(spec: TargetSpec, backend: BuildBackend, key: str) -> tuple[list[Candidate], list[RecipeProblem]]:
     steps = spec.ladder if spec.ladder is not None else backend.default_ladder
     if not steps:
         problem = (
@@ -104,7 +102,9 @@ def _ladder(spec: Any, backend: BuildBackend, key: str) -> tuple[list[Candidate]
     return candidates, problems
 
 
-def _resolve_one(spec: Any, backend: BuildBackend, key: str, name: str) -> tuple[Target | None, list[RecipeProblem]]:
+def _resolve_one(
+    spec: TargetSpec, backend: BuildBackend, key: str, name: str
+) -> tuple[Target | None, list[RecipeProblem]]:
     if spec.scheme == AUTO:
         candidates, problems = _ladder(spec, backend, key)
         if problems:
@@ -124,7 +124,7 @@ def _resolve_one(spec: Any, backend: BuildBackend, key: str, name: str) -> tuple
     return Target(spec.backend, spec.scheme, name, spec.required, options, spec.gates, spec.note), problems
 
 
-def resolve_targets(specs: tuple[Any, ...]) -> tuple[list[Target], list[RecipeProblem]]:
+def resolve_targets(specs: tuple[TargetSpec, ...]) -> tuple[list[Target], list[RecipeProblem]]:
     """`[[targets]]` (validated TargetSpec tables) resolved against their backends, and every problem found."""
     from edgekit.registry import build_backends
 

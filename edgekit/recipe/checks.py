@@ -5,13 +5,9 @@ Checked after the schema, with the targets' backends resolved, before any work.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from edgekit.errors import RecipeProblem
-from edgekit.recipe_targets import AUTO
-
-if TYPE_CHECKING:
-    from edgekit.recipe import RecipeModel, Target
+from edgekit.recipe.schema import AUTO, RecipeModel
+from edgekit.recipe.targets import Target
 
 
 def contradictions(spec: RecipeModel, targets: list[Target]) -> list[RecipeProblem]:
