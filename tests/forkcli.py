@@ -21,8 +21,8 @@ from typing import Any
 
 import edgekit.cli
 import edgekit.observe.progress
-import edgekit.pipeline
-import edgekit.preflight
+import edgekit.pipeline.build
+import edgekit.plan.preflight
 import edgekit.registry
 import edgekit.runtime.config
 

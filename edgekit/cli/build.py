@@ -59,7 +59,7 @@ def build(
 ) -> None:
     """Build the bundle of each RECIPE (default: the embedded SmolLM2-135M recipe); tasks they share run once."""
     from edgekit.errors import GateFailure, UsageError
-    from edgekit.pipeline import build as run_build
+    from edgekit.pipeline.build import build as run_build
     from edgekit.recipe.load import load_recipe
 
     if len(recipes) > 1 or cluster or boxes is not None:
@@ -122,9 +122,9 @@ def _build_document(result: Any) -> dict[str, Any]:
 @json_option("plan")
 def plan(recipe: str | None, out_dir: str | None, cache_dir: str | None, threads: int | None, as_json: bool) -> None:
     """Show the tasks a build of RECIPE would run: each task's key, inputs, and whether it is cached."""
-    from edgekit.pipeline import build_log, warn_notices
-    from edgekit.plan import make_plan, output_path
+    from edgekit.pipeline.build import build_log, warn_notices
     from edgekit.plan.describe import describe
+    from edgekit.plan.make import make_plan, output_path
     from edgekit.recipe.load import load_recipe
 
     loaded = load_recipe(recipe_path(recipe))
@@ -170,8 +170,8 @@ def reference(
     from edgekit.errors import UsageError
     from edgekit.executors.base import Tools
     from edgekit.executors.local import LocalExecutor
-    from edgekit.pipeline import build_log, warn_notices
-    from edgekit.plan import make_plan
+    from edgekit.pipeline.build import build_log, warn_notices
+    from edgekit.plan.make import make_plan
     from edgekit.recipe.load import load_recipe
     from edgekit.stages.reference import load_reference
     from edgekit.stages.reference_transfer import export_reference
@@ -229,7 +229,7 @@ def probe(
 ) -> None:
     """What a model of this size does on this box: random weights, real tokenizer, every target benchmarked."""
     from edgekit.cli.runtime import render_bench
-    from edgekit.pipeline import build as run_build
+    from edgekit.pipeline.build import build as run_build
     from edgekit.probe import probe_recipe
 
     items = [s.strip() for s in schemes.split(",") if s.strip()] if schemes else None

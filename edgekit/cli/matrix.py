@@ -27,7 +27,7 @@ def build_many(
     release: int | None = None,
 ) -> None:
     from edgekit.errors import GateFailure
-    from edgekit.matrix import build_matrix, plan_all
+    from edgekit.pipeline.matrix import build_matrix, plan_all
     from edgekit.recipe.load import load_recipe
     from edgekit.store.cache import StageCache
 

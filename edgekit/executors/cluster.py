@@ -25,7 +25,7 @@ from edgekit.errors import ClusterError, StageError
 from edgekit.executors.base import TaskEvent, Tools, execute
 from edgekit.observe.progress import Progress
 from edgekit.plan.boxes import Box
-from edgekit.plan.build import dependency_order
+from edgekit.plan.make import dependency_order
 from edgekit.plan.tasks import Task
 from edgekit.runtime.box import BOX_RESOURCE, LABEL_PREFIX
 from edgekit.store.cache import CacheEntry

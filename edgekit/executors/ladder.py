@@ -14,7 +14,7 @@ from typing import Any
 
 from edgekit.executors.base import Executor
 from edgekit.observe.progress import Progress
-from edgekit.plan.build import Plan, bench_over, dependency_order
+from edgekit.plan.make import Plan, bench_over, dependency_order
 from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
 from edgekit.signoff.gates import judge_artifact

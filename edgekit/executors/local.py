@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from edgekit.executors.base import TaskEvent, Tools, execute, timed
 from edgekit.observe.progress import Progress
-from edgekit.plan.build import dependency_order
+from edgekit.plan.make import dependency_order
 from edgekit.plan.tasks import Task
 from edgekit.runtime import machine
 from edgekit.store.cache import CacheEntry

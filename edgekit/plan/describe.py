@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from edgekit.plan.build import Plan, dependency_order
+from edgekit.plan.make import Plan, dependency_order
 from edgekit.plan.tasks import Task
 from edgekit.store.cache import StageCache
 

@@ -24,7 +24,7 @@ from hub_fixtures import publish_to_local_hub
 from edgekit.errors import RecipeError, SourceTokenizerError
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 

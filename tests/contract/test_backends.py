@@ -29,7 +29,7 @@ from stage_runs import quantized
 
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import Recipe, parse_recipe
 from edgekit.registry import build_backend
 from edgekit.runtime.config import RuntimeConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 

@@ -12,7 +12,7 @@ import pytest
 
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import Recipe, load_recipe
 from edgekit.store.cache import StageCache
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from edgekit.backends.gguf.info import metadata
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import build
+from edgekit.pipeline.build import build
 from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.store.cache import StageCache
 

@@ -18,7 +18,7 @@ import pytest
 from tiny_project import TINY_BENCH
 
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 
@@ -229,8 +229,8 @@ kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
 
 def test_plan_lists_every_candidate_of_the_ladder_in_order(levers: tuple[BuildResult, dict], e2e_cache_root: Path
                                                           ) -> None:  # fmt: skip
-    from edgekit.plan import make_plan
     from edgekit.plan.describe import describe
+    from edgekit.plan.make import make_plan
 
     project = levers[0].bundle.parent.parent
     plan = make_plan(load_recipe(project / "recipe.toml"), cache_root=e2e_cache_root)
@@ -251,7 +251,7 @@ def test_a_pattern_matching_no_tensor_of_a_checkpoint_folder_is_refused_before_w
     from tiny_project import make_project
 
     from edgekit.errors import RecipeError
-    from edgekit.plan import make_plan
+    from edgekit.plan.make import make_plan
 
     recipe = '[model]\nsource = "model"\n[[targets]]\nbackend = "gguf"\nscheme = "Q4_K_M"\n[targets.options]\n'
     recipe += 'tensor_overrides = [{ pattern = "attn_qq", type = "Q8_0" }]\n'

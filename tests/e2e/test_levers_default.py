@@ -8,7 +8,7 @@ import json
 
 import gguf
 
-from edgekit.pipeline import BuildResult
+from edgekit.pipeline.build import BuildResult
 
 
 def _report(build: BuildResult) -> dict:

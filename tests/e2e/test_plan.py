@@ -12,9 +12,9 @@ from tiny_project import TINY_RECIPE, make_project
 
 from edgekit.cli.common import load_schema
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult, build
-from edgekit.plan import make_plan
+from edgekit.pipeline.build import BuildResult, build
 from edgekit.plan.describe import describe
+from edgekit.plan.make import make_plan
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
 

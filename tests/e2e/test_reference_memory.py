@@ -25,8 +25,8 @@ from hub_fixtures import save_random_llama
 
 from edgekit.errors import ExitCode
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult
-from edgekit.plan import make_plan
+from edgekit.pipeline.build import BuildResult
+from edgekit.plan.make import make_plan
 from edgekit.recipe.load import DEFAULT_RECIPE, load_recipe
 from edgekit.reference.memory import AUTO_MARGIN
 from edgekit.reference.streamed import StreamedModel

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from edgekit.pipeline import BuildResult
+from edgekit.pipeline.build import BuildResult
 
 METRICS_WITH_INTERVALS = ("ppl", "ppl_ratio", "kld_mean", "kld_median", "kld_p99", "top1", "dp_rms")
 

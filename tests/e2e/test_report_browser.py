@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.pipeline import BuildResult
+from edgekit.pipeline.build import BuildResult
 
 pytestmark = pytest.mark.browser
 

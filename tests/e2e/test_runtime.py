@@ -28,7 +28,7 @@ import pytest
 from edgekit import __version__
 from edgekit.cli.common import load_schema
 from edgekit.manifest import verify_bundle
-from edgekit.pipeline import BuildResult
+from edgekit.pipeline.build import BuildResult
 from edgekit.runtime.bench.schema import schema_problems
 from edgekit.runtime.config import LOCAL_FILE, load_runtime_config
 

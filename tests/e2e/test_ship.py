@@ -28,7 +28,7 @@ import pytest
 
 from edgekit.cli.common import load_schema, schema_version
 from edgekit.manifest import verify_bundle
-from edgekit.pipeline import BuildResult
+from edgekit.pipeline.build import BuildResult
 from edgekit.ship.trust import TRUST_DIR_ENV
 
 BIN = Path(sys.executable).parent

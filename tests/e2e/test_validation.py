@@ -17,7 +17,7 @@ from stage_runs import reference_of
 from edgekit.errors import ExitCode, TokenizerMismatchError
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
-from edgekit.pipeline import BuildResult
+from edgekit.pipeline.build import BuildResult
 from edgekit.plan.tasks import Bootstrap, EngineSettings
 from edgekit.recipe.load import load_recipe
 from edgekit.stages import validate

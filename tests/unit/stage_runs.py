@@ -7,7 +7,7 @@ from pathlib import Path
 from edgekit.executors.base import Tools
 from edgekit.executors.local import LocalExecutor
 from edgekit.observe.progress import SilentProgress
-from edgekit.plan import Plan, make_plan
+from edgekit.plan.make import Plan, make_plan
 from edgekit.plan.tasks import Task
 from edgekit.recipe.load import Recipe
 from edgekit.signoff.scoring import Reference

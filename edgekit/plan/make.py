@@ -22,6 +22,7 @@ from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
 from edgekit.plan.evaluation import eval_plan
+from edgekit.plan.preflight import preflight
 from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
 from edgekit.plan.targets import TargetInputs, plan_target
@@ -40,7 +41,6 @@ from edgekit.plan.tasks import (
     Task,
 )
 from edgekit.plan.tokenizer_check import check_gguf_tokenizer
-from edgekit.preflight import preflight
 from edgekit.recipe.load import DEFAULT_RECIPE, Recipe
 from edgekit.recipe.targets import Target
 from edgekit.registry import build_backend

@@ -13,7 +13,7 @@ from typing import Any
 
 from edgekit.executors.base import Executor
 from edgekit.observe.progress import Progress
-from edgekit.plan.build import Plan
+from edgekit.plan.make import Plan
 from edgekit.plan.tasks import Task
 from edgekit.store.cache import CacheEntry, StageCache
 

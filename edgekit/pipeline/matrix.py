@@ -1,5 +1,5 @@
 """Many recipes in one build: every plan's tasks run together (a task with one key runs once for all of
-them), then each bundle is assembled as `edgekit.pipeline` does for one, and several bundles get a
+them), then each bundle is assembled as `edgekit.pipeline.build` does for one, and several bundles get a
 fleet report beside them (`dist/fleet-report.{json,md,html}`: artifact × box).
 
 The tasks run on this machine (`LocalExecutor`) or on a Ray cluster (`RayCluster`), which also says
@@ -22,9 +22,9 @@ from edgekit.executors.ladder import run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.observe.memwatch import MemoryWatch
 from edgekit.observe.progress import Progress
-from edgekit.pipeline import BuildResult, finish_plan
-from edgekit.plan import Plan, make_plan, output_path
+from edgekit.pipeline.build import BuildResult, finish_plan
 from edgekit.plan.boxes import Box
+from edgekit.plan.make import Plan, make_plan, output_path
 from edgekit.recipe.load import Recipe
 from edgekit.store.cache import StageCache
 

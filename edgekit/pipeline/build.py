@@ -21,14 +21,14 @@ from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
 from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
 from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
-from edgekit.levers import lever_figures
 from edgekit.observe import stagelog
 from edgekit.observe.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
 from edgekit.observe.progress import Progress
-from edgekit.plan import Plan, make_plan, output_path
+from edgekit.pipeline.levers import lever_figures
+from edgekit.pipeline.repair import repair
+from edgekit.plan.make import Plan, make_plan, output_path
 from edgekit.plan.tasks import BundleTask
 from edgekit.recipe.load import Recipe
-from edgekit.repair import repair
 from edgekit.report.model import build_report
 from edgekit.report.render import write_reports
 from edgekit.signoff.gates import counts_as_failed, judge_artifact
