@@ -162,6 +162,6 @@ class BuildBackend(ABC):
     def open_runner(self, artifact: Path, n_ctx: int, threads: int | None = None, **runtime: Any) -> LogitsRunner:
         """A logits runner over the artifact, for validation: the backend's runtime engine, configured with
         `runtime` (runtime.toml keys: n_batch, use_mmap…) exactly as the bundle will run it on the box."""
-        from edgekit.engine_runner import EngineRunner
+        from edgekit.backends.runner import EngineRunner
 
         return EngineRunner(self.name, artifact, n_ctx, threads, **runtime)

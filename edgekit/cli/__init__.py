@@ -21,7 +21,7 @@ from edgekit.cli.errors import DEBUG_ENV, run_reporting_errors
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from edgekit.doctor import backend_packages
+    from edgekit.diagnose.doctor import backend_packages
 
     click.echo(f"edgekit {__version__} (Python {sys.version.split()[0]})")
     for name, packages in backend_packages().items():

@@ -229,8 +229,8 @@ def probe(
 ) -> None:
     """What a model of this size does on this box: random weights, real tokenizer, every target benchmarked."""
     from edgekit.cli.runtime import render_bench
+    from edgekit.diagnose.probe import probe_recipe
     from edgekit.pipeline.build import build as run_build
-    from edgekit.probe import probe_recipe
 
     items = [s.strip() for s in schemes.split(",") if s.strip()] if schemes else None
     recipe, command = probe_recipe(params, items, arch, runs)

@@ -16,7 +16,7 @@ from edgekit.cli.common import bundle_argument, console, emit_json, json_option,
 @json_option("inspect")
 def inspect(bundle: str, as_json: bool) -> None:
     """Summarise BUNDLE (verified first): artifacts, sizes, tensor types, verdicts."""
-    from edgekit.inspect import summarise
+    from edgekit.diagnose.inspect import summarise
     from edgekit.manifest import verify_bundle
 
     verify_bundle(Path(bundle))

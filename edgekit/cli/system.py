@@ -19,7 +19,7 @@ STYLES = {"ok": "green", "warn": "yellow", "missing": "red"}
 @json_option("doctor")
 def doctor(cache_dir: str | None, out_dir: str | None, as_json: bool) -> None:
     """What this box can do and what is missing: packages, toolchain, CPU, memory, disk; each with its fix."""
-    from edgekit.doctor import diagnose, summary
+    from edgekit.diagnose.doctor import diagnose, summary
 
     checks = diagnose(Path(cache_dir) if cache_dir else None, Path(out_dir) if out_dir else None)
     if as_json:

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from edgekit.cli.build import build
 from edgekit.cli.common import SCHEMAS, command_line, console_options, load_schema, schema_names
-from edgekit.doctor import cpu_checks, llama_cpp_tools, memory_checks
+from edgekit.diagnose.doctor import cpu_checks, llama_cpp_tools, memory_checks
 from edgekit.observe.progress import PlainProgressReporter
 from edgekit.plan.describe import PLAN_SCHEMA_VERSION
 

@@ -70,7 +70,7 @@ def test_weights_are_deterministic_from_the_seed(tmp_path: Path) -> None:
 
 
 def test_probe_recipe_sizes_and_schemes() -> None:
-    from edgekit.probe import probe_recipe
+    from edgekit.diagnose.probe import probe_recipe
 
     recipe, command = probe_recipe("3b", ["Q4_K_M", "openvino:INT8"], runs=2)
     assert recipe.spec.model.source == "synthetic://llama?params=3B" and recipe.name == "probe-3b"

@@ -59,7 +59,7 @@ def diagnose(cache_dir: Path | None = None, out_dir: Path | None = None) -> list
             platform.python_version(),
             None if sys.version_info >= (3, 11) else "edgekit needs Python 3.11 or newer",
         ),
-        Check("system", "edgekit", "ok", f"{__version__} ({Path(__file__).resolve().parent})"),
+        Check("system", "edgekit", "ok", f"{__version__} ({Path(__file__).resolve().parents[1]})"),
     ]
     checks += backend_checks() + toolchain_checks()
     checks += cpu_checks(platform.machine(), machine.cpu_flags(), machine.cpu_model())

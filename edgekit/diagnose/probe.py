@@ -23,7 +23,7 @@ from edgekit.registry import build_backends
 from edgekit.sources.synthetic import PRESETS
 from edgekit.sources.synthetic import parse as parse_synthetic
 
-PROBE_RECIPE = Path(__file__).parent / "recipes" / "probe-1b.toml"
+PROBE_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "probe-1b.toml"
 
 
 def probe_recipe(
