@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.backends.gguf.build import F16_FILE
-from edgekit.backends.gguf.levers import IMATRIX_FILE, compute_imatrix, imatrix_summary
+from edgekit.backends.gguf.backend import F16_FILE
+from edgekit.backends.gguf.llama_tools import IMATRIX_FILE, compute_imatrix, imatrix_summary
 from edgekit.errors import StageError
 from edgekit.plan.tasks import ImatrixTask
 from edgekit.stages.context import StageContext

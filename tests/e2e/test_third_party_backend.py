@@ -46,7 +46,7 @@ SPEC = BackendSpec(
 )
 """
 BUILD_MODULE = """
-from edgekit.backends.gguf.build import GGUFBuild
+from edgekit.backends.gguf.backend import GGUFBuild
 
 
 class LegacyQuants(GGUFBuild):

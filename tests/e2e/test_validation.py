@@ -123,7 +123,7 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
 ) -> None:
     """A GGUF whose pre-tokenizer says 'default' instead of 'smollm' (what an old converter writes
     for a tokenizer it does not know) splits the text differently: validation must stop, not score."""
-    from edgekit.backends.gguf.build import stamp_metadata
+    from edgekit.backends.gguf.backend import stamp_metadata
     from edgekit.backends.runner import EngineRunner
     from edgekit.recipe.load import DEFAULT_RECIPE
     from edgekit.signoff.evaldata import load_text

@@ -5,7 +5,7 @@ from edgekit.registry import BackendSpec
 
 SPEC = BackendSpec(
     name="gguf",
-    build="edgekit.backends.gguf.build:GGUFBuild",
+    build="edgekit.backends.gguf.backend:GGUFBuild",
     engine="edgekit.backends.gguf.engine:open_engine",
     runtime_extra="runtime",
 )

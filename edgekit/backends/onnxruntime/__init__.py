@@ -5,7 +5,7 @@ from edgekit.registry import BackendSpec
 
 SPEC = BackendSpec(
     name="onnxruntime",
-    build="edgekit.backends.onnxruntime.build:ONNXRuntimeBuild",
+    build="edgekit.backends.onnxruntime.backend:ONNXRuntimeBuild",
     engine="edgekit.backends.onnxruntime.engine:open_engine",
     runtime_extra="runtime-onnx",
 )

@@ -5,7 +5,7 @@ from edgekit.registry import BackendSpec
 
 SPEC = BackendSpec(
     name="openvino",
-    build="edgekit.backends.openvino.build:OpenVINOBuild",
+    build="edgekit.backends.openvino.backend:OpenVINOBuild",
     engine="edgekit.backends.openvino.engine:open_engine",
     runtime_extra="runtime-openvino",
 )
