@@ -25,7 +25,7 @@ from edgekit._util.hashing import sha256_file
 from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildBackend, BuildEnv, Levers, ModelInfo, SensitivityProbe
 from edgekit.backends.child import run_logged
-from edgekit.backends.gguf import levers
+from edgekit.backends.gguf import llama_tools
 from edgekit.backends.gguf.gates import DEFAULT_GATES
 from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
@@ -110,19 +110,19 @@ class GGUFBuild(BuildBackend):
         from edgekit.toolchain import get_converter
 
         if model.kind == "gguf":  # the header says: fast, and nothing to remember (bad input writes nothing)
-            names = levers.tensor_names(model.kind, model.location, None)
+            names = llama_tools.tensor_names(model.kind, model.location, None)
         else:
             converter = get_converter(env.llama_cpp_dir)
-            inputs = levers.memo_inputs(model.kind, model.location, converter.identity())
+            inputs = llama_tools.memo_inputs(model.kind, model.location, converter.identity())
 
             def compute() -> list[str] | None:
-                return levers.tensor_names(model.kind, model.location, converter.script)
+                return llama_tools.tensor_names(model.kind, model.location, converter.script)
 
             def keep(found: list[str] | None) -> bool:  # remembered only when the recipe is good
-                return bool(found) and not levers.override_problems(options, found)
+                return bool(found) and not llama_tools.override_problems(options, found)
 
             names = remembered(env.cache_root, "tensor-names", inputs, compute, keep)
-        return [] if names is None else levers.override_problems(options, names)
+        return [] if names is None else llama_tools.override_problems(options, names)
 
     def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
         """A GGUF source: llama.cpp must read its vocabulary. A checkpoint: llama.cpp's converter must know its
@@ -208,11 +208,11 @@ class GGUFBuild(BuildBackend):
         if scheme == "F16":
             shutil.copyfile(source, target)
         elif options.uses_tools:
-            if problems := levers.override_problems(options, levers.tensor_names("gguf", source, None)):
+            if problems := llama_tools.override_problems(options, llama_tools.tensor_names("gguf", source, None)):
                 raise UsageError("; ".join(f"{p.key}: {p.problem}" for p in problems), "fix the target's options")
             stamp = {"edgekit.imatrix.sha256": sha256_file(imatrix)} if imatrix is not None else {}
             with progress.task(f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"):
-                log = levers.quantize_with_tool(source, target, scheme, options, imatrix, out_dir / QUANTIZE_LOG,
+                log = llama_tools.quantize_with_tool(source, target, scheme, options, imatrix, out_dir / QUANTIZE_LOG,
                                                 env.threads, stamp)  # fmt: skip
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         else:
