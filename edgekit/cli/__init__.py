@@ -38,6 +38,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 def cli(verbose: bool, debug: bool) -> None:
     """Turn a Hugging Face causal LM into a validated, ready-to-run CPU bundle."""
     from edgekit.observe import stagelog
+
     if debug:
         os.environ[DEBUG_ENV] = "1"
     stagelog.echo(sys.stderr if verbose else None)

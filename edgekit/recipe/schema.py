@@ -243,5 +243,3 @@ class RecipeModel(_Section):
     bench: BenchSection = BenchSection()
     bundle: BundleSection = BundleSection()
     toolchain: ToolchainSection = ToolchainSection()
-
-

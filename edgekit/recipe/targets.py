@@ -21,6 +21,7 @@ from edgekit.signoff.gates import Gates
 if TYPE_CHECKING:
     from edgekit.backends.base import BuildBackend
 
+
 @dataclass(frozen=True)
 class Candidate:
     """One rung of a ladder: a scheme with its options (the target's, overridden by the step's)."""
