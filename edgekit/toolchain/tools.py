@@ -27,6 +27,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from edgekit._util.hashing import sha256_file, sha256_json
 from edgekit.errors import ToolchainError
 from edgekit.observe.progress import Progress
 from edgekit.toolchain.sdist import (
@@ -102,7 +103,35 @@ def llama_tool(tool: str) -> Path:
             f"run `edgekit toolchain {toolset.flag}` once (it compiles llama.cpp's tools from the source package "
             "of the installed version, a few minutes)",
         )
+    if _stale(path.parent):
+        raise ToolchainError(
+            f"llama.cpp's {tool} in {path.parent} was linked against another build of llama-cpp-python "
+            f"{pkg_version} (the wheel was reinstalled since)",
+            f"run `edgekit toolchain {toolset.flag}` to link the tools against the installed wheel again",
+        )
     return path
+
+
+def wheel_libraries() -> tuple[Path, ...]:
+    """The shared libraries of the installed llama-cpp-python wheel (llama_cpp/lib/lib*.so.N), or () without."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    return tuple(sorted(p for name in WHEEL_LIBS for p in lib.glob(f"lib{name}.so.*") if p.name.count(".") == 2))
+
+
+def wheel_build() -> str | None:
+    """Which build of the wheel is installed: a digest of its shared libraries (two builds of one version differ
+    when compiled with other flags), or None when it has none."""
+    libraries = wheel_libraries()
+    return sha256_json({p.name: sha256_file(p) for p in libraries})[:16] if libraries else None
+
+
+def _stale(folder: Path) -> bool:
+    """Tools linked against the wheel's libraries must be linked again when another build of the wheel is installed."""
+    info = json.loads((folder / BUILD_INFO).read_text(encoding="utf-8"))
+    return info.get("linkage") != FROM_SOURCE.describe and info.get("wheel_build") != wheel_build()
 
 
 def tools_info(set_name: str = "tools") -> dict[str, Any] | None:
@@ -114,7 +143,8 @@ def tools_info(set_name: str = "tools") -> dict[str, Any] | None:
 def tools_identity() -> dict[str, Any]:
     """What determines a tool's output (part of the cache key of tasks that run one)."""
     info = tools_info() or {}
-    return {k: info.get(k) for k in ("format", "llama_cpp_python", "llama_cpp_commit", "cmake_options", "linkage")}
+    keys = ("format", "llama_cpp_python", "llama_cpp_commit", "cmake_options", "linkage", "wheel_build")
+    return {k: info.get(k) for k in keys}
 
 
 def build_tools(sets: Sequence[str], progress: Progress, jobs: int | None = None) -> list[Path]:
@@ -124,7 +154,7 @@ def build_tools(sets: Sequence[str], progress: Progress, jobs: int | None = None
     root = version_dir(pkg_version, "tools")
 
     def missing() -> list[ToolSet]:
-        return [s for s in wanted if not (root / s.name / BUILD_INFO).is_file()]
+        return [s for s in wanted if not (root / s.name / BUILD_INFO).is_file() or _stale(root / s.name)]
 
     if missing():  # built sets are complete (renamed into place): no lock needed to use them
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +199,7 @@ def _build(pkg_version: str, sets: list[ToolSet], root: Path, progress: Progress
                 "targets": list(toolset.targets),
                 "cmake_options": dict(CMAKE_OPTIONS + toolset.cmake),
                 "linkage": linkage.describe,
+                "wheel_build": wheel_build() if linkage is not FROM_SOURCE else None,
                 "generator": _generator()[0],
                 "jobs": jobs,
                 "build_seconds": round(seconds, 1),
@@ -216,13 +247,11 @@ def _wheel_linkage(src: Path, config_dir: Path) -> Linkage | None:
     ggml comes through llama.cpp's own `LLAMA_USE_SYSTEM_GGML` (a `ggml-config.cmake` naming the wheel's files);
     libllama through the hook above. Neither is compiled again, and the tools run the runtime's own code.
     """
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
+    sonamed = wheel_libraries()
+    if len(sonamed) != len(WHEEL_LIBS):
         return None
-    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
-    found = {name: lib / f"lib{name}.so" for name in WHEEL_LIBS}
-    sonamed = sorted(p for name in WHEEL_LIBS for p in lib.glob(f"lib{name}.so.*") if p.name.count(".") == 2)
-    if not all(p.is_file() for p in found.values()) or len(sonamed) != len(WHEEL_LIBS):
+    found = {name: sonamed[0].parent / f"lib{name}.so" for name in WHEEL_LIBS}
+    if not all(p.is_file() for p in found.values()):
         return None
     config_dir.mkdir(parents=True)
     lines = ["include(CMakeFindDependencyMacro)", "find_dependency(Threads)"]
