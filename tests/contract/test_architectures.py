@@ -35,7 +35,7 @@ from pathlib import Path
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.loader import open_bundle
 
-BUILD = re.compile(r"edgekit[.](stages|plan|pipeline|backends[.][a-z_]+[.](build|child))([.]|$)")
+BUILD = re.compile(r"edgekit[.](stages|plan|pipeline|backends[.][a-z_]+[.](backend|child))([.]|$)")
 bundle, out = Path(sys.argv[1]), {}
 for name in sys.argv[2:]:
     engine = open_bundle(bundle, artifact=name, overrides={"n_threads": 2, "n_threads_batch": 2}, warm_up=False).engine

@@ -45,7 +45,7 @@ from pathlib import Path
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.loader import open_bundle
 
-BUILD = re.compile(r"edgekit[.](stages|plan|pipeline|backends[.][a-z_]+[.](build|child))([.]|$)")
+BUILD = re.compile(r"edgekit[.](stages|plan|pipeline|backends[.][a-z_]+[.](backend|child))([.]|$)")
 bundle, name = Path(sys.argv[1]), sys.argv[2]
 loaded = open_bundle(bundle, artifact=name, overrides={"n_threads": 2, "n_threads_batch": 2}, warm_up=False)
 engine = loaded.engine

@@ -11,7 +11,7 @@ BUILD_PACKAGES = (
 )  # fmt: skip
 # A backend package's build side: its build module, child-process entry points and default gates.
 BUILD_MODULE = re.compile(
-    r"^edgekit\.backends\.\w+\.(build|child|gates|quantize_child|levers|sensitivity|options)(\.|$)"
+    r"^edgekit\.backends\.\w+\.(backend|child|gates|quantize_child|llama_tools|sensitivity|options)(\.|$)"
 )
 
 
