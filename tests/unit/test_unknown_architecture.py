@@ -1,6 +1,6 @@
-"""A GGUF source of an architecture llama.cpp reads and transformers does not (OLMo): the plan refuses the required targets of a
-backend that converts a checkpoint (naming the target and why), leaves optional ones out, and still plans
-the GGUF targets, which llama.cpp converts from the file itself."""
+"""A GGUF source of an architecture llama.cpp reads and transformers does not (OLMo): the plan refuses
+the required targets of a backend that converts a checkpoint (naming the target and why), leaves optional
+ones out, and still plans the GGUF targets, which llama.cpp converts from the file itself."""
 
 from __future__ import annotations
 
