@@ -3,7 +3,8 @@
 An entry point names a `BackendSpec`: the backend's name, where its build side lives (convert,
 quantize, default gates: imported only on a build machine) and where its engine lives (what runs
 on the box: imported by `run`, `serve`, `bench`, and by validation). Loading a spec imports nothing
-heavy, so the runtime can find an engine without the build side:
+heavy, so the runtime can find an engine without the build side; the build side's own lookup
+(`build_backend`) is `edgekit.backends.catalog`, which only build machines import:
 
     [project.entry-points."edgekit.backends"]
     mybackend = "mypackage.edgekit_backend:SPEC"
@@ -15,13 +16,12 @@ import importlib
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from edgekit._util.suggest import did_you_mean
 from edgekit.errors import MissingDependencyError, UsageError
-
-if TYPE_CHECKING:
-    from edgekit.backends.base import BuildBackend
 
 ENTRY_POINT_GROUP = "edgekit.backends"
 
@@ -33,23 +33,16 @@ class BackendSpec:
     engine: str  # "package.module:open_engine", called as open_engine(artifact, bundle, RuntimeConfig)
     runtime_extra: str  # the pip extra a box installs to run this backend's artifacts
 
-    def load_build(self) -> BuildBackend:
-        return _attribute(self.build)()
-
-    def engine_module(self) -> Any:
+    def engine_module(self) -> ModuleType:
         """The module of the engine (imported now: a box without the backend's packages hears which extra)."""
         try:
             return importlib.import_module(self.engine.partition(":")[0])
         except ImportError as exc:
             raise MissingDependencyError(f"the {self.name} runtime ({exc.name})", self.runtime_extra) from None
 
-    def open_engine(self, artifact: Any, bundle: Any, config: Any) -> Any:
+    def open_engine(self, artifact: Path, bundle: Path | None, config: Any) -> Any:
+        """The engine over `artifact` (a RuntimeConfig configures it): `edgekit.runtime.engines.load_engine`."""
         return getattr(self.engine_module(), self.engine.partition(":")[2])(artifact, bundle, config)
-
-
-def _attribute(spec: str) -> Any:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 @cache
@@ -81,12 +74,3 @@ def spec(name: str) -> BackendSpec:
             f"choose one of: {', '.join(sorted(known))}",
         )
     return known[name]
-
-
-@cache
-def build_backend(name: str) -> BuildBackend:
-    return spec(name).load_build()
-
-
-def build_backends() -> dict[str, BuildBackend]:
-    return {name: build_backend(name) for name in specs()}

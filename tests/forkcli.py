@@ -19,14 +19,14 @@ import sys
 import traceback
 from typing import Any
 
+import edgekit.backends.catalog
 import edgekit.cli
 import edgekit.observe.progress
 import edgekit.pipeline.build
 import edgekit.plan.preflight
-import edgekit.registry
 import edgekit.runtime.config
 
-edgekit.registry.build_backends()  # imports every built-in backend's build side
+edgekit.backends.catalog.build_backends()  # imports every built-in backend's build side
 
 del edgekit  # imported for their side effect: the module cache every child inherits
 

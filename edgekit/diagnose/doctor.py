@@ -109,6 +109,7 @@ def _extra_dists(extra: str, seen: frozenset[str] = frozenset()) -> list[str]:
 
 def backend_packages() -> dict[str, list[Package]]:
     """Each registered backend's packages (build side and box side) with their installed versions."""
+    from edgekit.backends.catalog import load_build
     from edgekit.registry import specs
 
     packages: dict[str, list[Package]] = {}
@@ -116,7 +117,7 @@ def backend_packages() -> dict[str, list[Package]]:
         dists: list[str] = []
         # A third-party build side that cannot be imported, or an extra that is not edgekit's: list what we can.
         with contextlib.suppress(Exception):
-            dists += [_dist_of(m) for m in spec.load_build().required_modules]
+            dists += [_dist_of(m) for m in load_build(spec).required_modules]
         with contextlib.suppress(Exception):
             dists += _extra_dists(spec.runtime_extra)
         unique = list(dict.fromkeys(d.replace("_", "-").lower() for d in dists))
@@ -139,10 +140,11 @@ def backend_checks() -> list[Check]:
 
 
 def _build_extra(backend: str) -> str:
+    from edgekit.backends.catalog import load_build
     from edgekit.registry import specs
 
     try:
-        return str(specs()[backend].load_build().extra)
+        return str(load_build(specs()[backend]).extra)
     except Exception:
         return backend
 

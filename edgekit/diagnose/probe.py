@@ -17,9 +17,9 @@ from typing import Any
 import tomli_w
 
 from edgekit._util.suggest import did_you_mean
+from edgekit.backends.catalog import build_backends
 from edgekit.errors import MissingDependencyError, UsageError
 from edgekit.recipe.load import Recipe, parse_recipe
-from edgekit.registry import build_backends
 from edgekit.sources.synthetic import PRESETS
 from edgekit.sources.synthetic import parse as parse_synthetic
 

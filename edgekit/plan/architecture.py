@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildEnv, ModelInfo
+from edgekit.backends.catalog import build_backend
+from edgekit.backends.support import transformers_reason
 from edgekit.errors import RecipeError, RecipeProblem
 from edgekit.plan.tasks import FetchTask, SkippedTarget
 from edgekit.recipe.load import Recipe
 from edgekit.recipe.targets import Target
-from edgekit.registry import build_backend
 from edgekit.sources import hub
 from edgekit.store.memo import remembered
 
@@ -40,29 +40,16 @@ def _gguf_info(path: Path) -> dict[str, str | None]:
     return {"kind": "gguf", "architecture": architecture, "model_type": transformers_model_type(path)}
 
 
-def reference_reason(model: ModelInfo, cache_root: Path) -> str | None:
-    """Why transformers cannot build the reference model, or None."""
-    if model.model_type is None:
-        return f"transformers' GGUF loader does not read the {model.architecture} architecture"
-    inputs = {"model_type": model.model_type, "transformers": dist_version("transformers")}
-    if not remembered(cache_root, "support-checks", inputs, lambda: _causal_lm(str(model.model_type))):
-        return f"transformers has no causal LM for model type {model.model_type!r} ({model.architecture})"
-    return None
-
-
-def _causal_lm(model_type: str) -> bool:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-
 def buildable_targets(
     recipe: Recipe, fetch: FetchTask, env: BuildEnv
 ) -> tuple[list[Target], tuple[SkippedTarget, ...]]:
     """The targets whose backend can take this architecture; optional others are skipped, required ones refused."""
     model = model_info(fetch, env.cache_root)
     problems: list[RecipeProblem] = []
-    if recipe.spec.validation.enabled and (why := reference_reason(model, env.cache_root)):
+    why = None
+    if recipe.spec.validation.enabled:  # the reference is built with transformers
+        why = transformers_reason(model.model_type, model.architecture, model.kind == "gguf", env.cache_root)
+    if why is not None:
         fix = "set [validation] enabled = false to build without a sign-off, or use a Hugging Face checkpoint"
         problems.append(RecipeProblem("validation", f"the reference cannot be built: {why}; {fix}"))
     kept, skipped = [], []
@@ -71,7 +58,7 @@ def buildable_targets(
         if why is None:
             kept.append(target)
         elif target.required:
-            problem = f"the {target.backend} backend cannot build {model.architecture}: {why}"
+            problem = f"target {target.name!r}: the {target.backend} backend cannot build {model.architecture}: {why}"
             problems.append(RecipeProblem(f"targets[{i}].backend", f"{problem}; remove it or set required = false"))
         else:
             skipped.append(SkippedTarget(target.name, target.backend, target.scheme, why))

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgekit._util.versions import dist_version
+from edgekit.backends.catalog import build_backend
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe.load import Recipe
 from edgekit.recipe.targets import Target
-from edgekit.registry import build_backend
 from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText, TokenIds, load_text
 from edgekit.store.memo import remembered
 

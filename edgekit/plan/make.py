@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from edgekit._util.hashing import sha256_json
 from edgekit._util.versions import dist_version, tool_versions
 from edgekit.backends.base import BuildEnv
+from edgekit.backends.catalog import build_backend
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
@@ -43,7 +44,6 @@ from edgekit.plan.tasks import (
 from edgekit.plan.tokenizer_check import check_gguf_tokenizer
 from edgekit.recipe.load import DEFAULT_RECIPE, Recipe
 from edgekit.recipe.targets import Target
-from edgekit.registry import build_backend
 from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.benchmark import BENCH_METHOD, BENCH_SCHEMA
@@ -252,8 +252,3 @@ def _provenance(fetch: FetchTask, model_section_sha256: str) -> dict[str, str]:
     if fetch.reconstructed_from is not None:
         values["edgekit.source.reconstructed_from"] = fetch.reconstructed_from
     return values
-
-
-def iter_tasks(plan: Plan) -> Iterator[Task]:
-    yield from plan.tasks
-    yield plan.bundle

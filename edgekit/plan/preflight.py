@@ -98,7 +98,7 @@ def check_output(final: Path, *, from_recipe: bool) -> list[RecipeProblem]:
 def check_model_options(recipe: Recipe, kind: str, location: Path, env: BuildEnv) -> list[RecipeProblem]:
     """Options only the model can judge (tensor name patterns), every ladder candidate's too, keyed like the recipe."""
     from edgekit.backends.base import ModelInfo
-    from edgekit.registry import build_backend
+    from edgekit.backends.catalog import build_backend
 
     model = ModelInfo(kind, "", None, location)
     found: list[RecipeProblem] = []
@@ -115,7 +115,7 @@ def preflight(recipe: Recipe, final: Path | None = None, out_given: bool = False
     """Everything that can be checked before work starts, without writing anything: backends installed,
     sources and files exist and are readable, options fit the model (a local one), and the bundle can go where
     it is asked to (`final`)."""
-    from edgekit.registry import build_backend
+    from edgekit.backends.catalog import build_backend
     from edgekit.sources import hub
     from edgekit.sources.local import locate_local
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
 from edgekit.backends.base import BuildBackend
+from edgekit.backends.catalog import build_backend
 from edgekit.plan.calibration import CalibrationSource
 from edgekit.plan.tasks import (
     AutoTarget,
@@ -33,7 +35,6 @@ from edgekit.plan.tasks import (
 from edgekit.recipe.load import Recipe
 from edgekit.recipe.schema import AUTO
 from edgekit.recipe.targets import Target
-from edgekit.registry import build_backend
 from edgekit.signoff.gates import Gates
 
 GATE_NAMES = tuple(Gates.model_fields)
@@ -92,20 +93,20 @@ def _candidate(
     inputs: TargetInputs, target: Target, scheme: str, options: BaseModel, name: str, label: str
 ) -> TargetPlan:
     backend = build_backend(target.backend)
-    levers = backend.levers(scheme, options)
+    needs = backend.quantize_needs(scheme, options)
     convert = inputs.converts[target.backend]
     quantize = _quantize(inputs, convert, backend, scheme, options, name)
     reference = inputs.reference
     gates = backend.default_gates(scheme).merged(inputs.recipe.spec.validation.gates, target.gates)
     comparisons = []
-    for lever, without in levers.without.items() if reference is not None else ():
+    for lever, without in needs.without.items() if reference is not None else ():
         twin = _quantize(inputs, convert, backend, scheme, without, f"{name}.no-{lever}")
         comparisons.append(Comparison(lever, twin, inputs.validate(twin, gates)))  # type: ignore[arg-type]
     sensitivity = None
-    if levers.sensitivity is not None and reference is not None and scheme != SENSITIVITY_BASE:
+    if needs.sensitivity is not None and reference is not None and scheme != SENSITIVITY_BASE:
         base_options = backend.options_model()
         base = _quantize(inputs, convert, backend, SENSITIVITY_BASE, base_options, f"{name}.sensitivity-base")
-        sensitivity = SensitivityTask(quantize, base, reference, *levers.sensitivity)
+        sensitivity = SensitivityTask(quantize, base, reference, *needs.sensitivity)
     return TargetPlan(
         name=target.name,
         backend=target.backend,
@@ -123,18 +124,18 @@ def _candidate(
     )
 
 
-def _quantize(inputs: TargetInputs, convert: ConvertTask, backend: BuildBackend, scheme: str, options: BaseModel,
-              name: str) -> QuantizeTask:  # fmt: skip
+def _quantize(inputs: TargetInputs, convert: ConvertTask, backend: BuildBackend[Any], scheme: str,
+              options: BaseModel, name: str) -> QuantizeTask:  # fmt: skip
     resolved = backend.resolve_options(scheme, options)
-    levers = backend.levers(scheme, resolved)
+    needs = backend.quantize_needs(scheme, resolved)
     need = backend.calibration_tokens(scheme, resolved)
     calibration = inputs.calibration.cut(need) if need and inputs.calibration is not None else None
     imatrix = None
-    if levers.imatrix is not None and calibration is not None:  # the matrix reads the calibration range, not quantize
-        chunks, context = levers.imatrix
+    if needs.imatrix is not None and calibration is not None:  # the matrix reads the calibration range, not quantize
+        chunks, context = needs.imatrix
         char_start = inputs.calibration.char_start(calibration.start)  # type: ignore[union-attr]
         imatrix = ImatrixTask(convert, calibration, inputs.calibration.text, char_start, chunks, context,  # type: ignore[union-attr]
-                              levers.tools or {})  # fmt: skip
+                              needs.tools or {})  # fmt: skip
         calibration = None
     return QuantizeTask(
         converted=convert,
@@ -144,7 +145,7 @@ def _quantize(inputs: TargetInputs, convert: ConvertTask, backend: BuildBackend,
         versions=convert.versions,
         calibration=calibration,
         imatrix=imatrix,
-        tools=levers.tools,
+        tools=needs.tools,
         name=name,
     )
 

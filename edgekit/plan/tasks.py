@@ -177,7 +177,7 @@ class EngineSettings:
     use_mmap: bool = True
 
     def config(self) -> dict[str, Any]:
-        """Keyword arguments of `BuildBackend.open_runner`."""
+        """Keyword arguments of `edgekit.backends.runner.EngineRunner` after the backend and the artifact."""
         return {"n_ctx": self.n_ctx, "threads": self.n_threads, "n_batch": self.n_batch, "use_mmap": self.use_mmap}
 
 

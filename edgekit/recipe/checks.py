@@ -78,7 +78,7 @@ def _each_valid_not_together(spec: RecipeModel) -> list[RecipeProblem]:
 
 
 def _calibration_unused(spec: RecipeModel, targets: list[Target]) -> list[RecipeProblem]:
-    from edgekit.registry import build_backend
+    from edgekit.backends.catalog import build_backend
 
     steps = [(t.backend, c.scheme, c.options) for t in targets for c in (t.candidates or [t])]
     if spec.calibration.text is None or any(build_backend(b).needs_calibration(s, o) for b, s, o in steps):

@@ -127,7 +127,7 @@ def _resolve_one(
 
 def resolve_targets(specs: tuple[TargetSpec, ...]) -> tuple[list[Target], list[RecipeProblem]]:
     """`[[targets]]` (validated TargetSpec tables) resolved against their backends, and every problem found."""
-    from edgekit.registry import build_backends
+    from edgekit.backends.catalog import build_backends
 
     backends = build_backends()
     targets: list[Target] = []

@@ -94,15 +94,6 @@ def verify_signature(bundle: Path, public_keys: Sequence[Path]) -> Path:
     )
 
 
-def verify_keyless(bundle: Path, identity: str, issuer: str) -> None:  # pragma: no cover - untested here (network)
-    bundle = Path(bundle).resolve()  # a link such as ROOT/current: check and use the slot it names now
-    signature = _signature_file(bundle)
-    ms = _library()
-    config = ms.verifying.Config().use_sigstore_verifier(identity=identity, oidc_issuer=issuer)
-    if not _verified_by(config.set_hashing_config(_hashing(ms)), bundle, signature, Path(identity)):
-        raise TrustError(f"{signature} was not made by {identity} ({issuer})", "get a bundle signed by that identity")
-
-
 def _signature_file(bundle: Path) -> Path:
     signature = bundle / SIGNATURE
     if signature.is_symlink() or not signature.is_file():

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgekit.backends.catalog import build_backend
 from edgekit.plan.tasks import ConvertTask
-from edgekit.registry import build_backend
 from edgekit.stages import fetch
 from edgekit.stages.context import StageContext
 
@@ -21,6 +21,7 @@ def run(task: ConvertTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     if task.direct:
         backend.convert_gguf(Path(task.checkpoint.location), out, ctx.env, ctx.progress, task.provenance)
     else:
-        checkpoint = fetch.checkpoint(task.checkpoint, ctx.entry(task.checkpoint))
+        checkpoint = fetch.checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
+        assert checkpoint is not None  # a fetch entry holds its checkpoint folder
         backend.convert(checkpoint, out, ctx.env, ctx.progress, task.provenance)
     return {"backend": task.backend, "from": "the GGUF source file" if task.direct else "the fetched checkpoint"}

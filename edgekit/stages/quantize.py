@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgekit.backends.base import QuantizeInputs
+from edgekit.backends.catalog import build_backend
 from edgekit.plan.tasks import QuantizeTask
-from edgekit.registry import build_backend
 from edgekit.stages.context import StageContext
 from edgekit.store.cache import CacheEntry
 from edgekit.store.records import Artifact
@@ -14,14 +15,21 @@ from edgekit.store.records import Artifact
 
 def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     backend = build_backend(task.backend)
-    options = backend.options_model.model_validate(task.options)
-    converted = ctx.entry(task.converted).path
-    ids = task.calibration.ids.array().tolist() if task.calibration is not None else None
-    extra: dict[str, Any] = {}
-    if task.imatrix is not None:  # only backends whose `levers()` ask for a matrix take it
-        imatrix = ctx.entry(task.imatrix)
-        extra["imatrix"] = imatrix.path / imatrix.result["path"]
-    relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, ids, **extra)
+    imatrix = None
+    if task.imatrix is not None:  # only backends whose `quantize_needs()` ask for a matrix get one
+        entry = ctx.entry(task.imatrix)
+        imatrix = entry.path / entry.result["path"]
+    inputs = QuantizeInputs(
+        converted=ctx.entry(task.converted).path,
+        scheme=task.scheme,
+        options=backend.options_model.model_validate(task.options),
+        out_dir=out,
+        env=ctx.env,
+        progress=ctx.progress,
+        calibration=task.calibration.ids.array().tolist() if task.calibration is not None else None,
+        imatrix=imatrix,
+    )
+    relpath, details = backend.quantize(inputs)
     if task.calibration is not None:  # which tokens of which text: the plan's record, disjoint from the scored ones
         details["calibration"] = {**(details.get("calibration") or {}), **task.calibration.record()}
     if task.imatrix is not None:  # the matrix read the calibration range: the sign-off lists it like any other

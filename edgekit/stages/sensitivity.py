@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from edgekit.backends.base import SensitivityProbe
+from edgekit.backends.catalog import build_backend
+from edgekit.backends.runner import EngineRunner
 from edgekit.plan.tasks import SensitivityTask
-from edgekit.registry import build_backend
 from edgekit.signoff.metrics import compare
 from edgekit.signoff.scoring import Reference
 from edgekit.stages import quantize
@@ -30,7 +31,8 @@ def run(task: SensitivityTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     windows = min(task.windows, ref.windows.count)
 
     def score(path: Path) -> float:
-        return mean_kld(backend.open_runner(path, n_ctx=ref.windows.length, threads=ctx.threads), ref, windows)
+        runner = EngineRunner(task.artifact.backend, path, n_ctx=ref.windows.length, threads=ctx.threads)
+        return mean_kld(runner, ref, windows)
 
     probe = SensitivityProbe(score, task.budget_seconds, ctx.progress)
     result = backend.measure_sensitivity(artifact.path, base.path, probe, out)

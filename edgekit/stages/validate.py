@@ -16,9 +16,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from edgekit.backends.runner import EngineRunner
 from edgekit.observe.progress import Progress
 from edgekit.plan.tasks import Bootstrap, Decide, EngineSettings, ValidateTask
-from edgekit.registry import build_backend
 from edgekit.signoff.differences import compared_completions, worst_spans
 from edgekit.signoff.scoring import Reference, check_tokenizer, evaluate, save_evaluation, summarise
 from edgekit.signoff.sequential import evaluate_until_decided
@@ -49,7 +49,7 @@ def validate_artifact(
 ) -> dict[str, Any]:
     """Score `artifact` against `ref` into `out` (per-token figures) and return its metrics."""
     with progress.task(f"validate  load {artifact.name}"):
-        runner = build_backend(artifact.backend).open_runner(artifact.path, **engine.config())
+        runner = EngineRunner(artifact.backend, artifact.path, **engine.config())
     try:
         compared = check_tokenizer(runner, ref, text, artifact.name)
         settings = (bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)

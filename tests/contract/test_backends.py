@@ -27,11 +27,12 @@ import pytest
 from _contract import BUNDLE_NAME, recipe_text
 from stage_runs import quantized
 
+from edgekit.backends.catalog import build_backend
+from edgekit.backends.runner import EngineRunner
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import Recipe, parse_recipe
-from edgekit.registry import build_backend
 from edgekit.runtime.config import RuntimeConfig
 from edgekit.runtime.engines import load_engine
 from edgekit.runtime.engines.base import Sampling
@@ -169,7 +170,7 @@ class BackendContract:
     def test_logits_agree_with_the_reference(
         self, artifact: Artifact, reference: list[tuple[str, list[int], np.ndarray]], n_ctx: int
     ) -> None:
-        runner = build_backend(self.backend).open_runner(artifact.path, n_ctx=n_ctx, threads=2)
+        runner = EngineRunner(self.backend, artifact.path, n_ctx=n_ctx, threads=2)
         got, expected = [], []
         try:
             for text, ids, logits in reference:

@@ -32,14 +32,16 @@ def _byte_symbols() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-def write_tiny_gguf(path: Path, *, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128, seed: int = 0) -> Path:
+def write_tiny_gguf(
+    path: Path, *, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128, seed: int = 0, architecture: str = "llama"
+) -> Path:
     import gguf
 
     n_head, n_head_kv = 4, 2
     rng = np.random.default_rng(seed)
     tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *_byte_symbols(), "Ġt", "he"]
     types = [gguf.TokenType.CONTROL] * 3 + [gguf.TokenType.NORMAL] * (len(tokens) - 3)
-    writer = gguf.GGUFWriter(path, "llama")
+    writer = gguf.GGUFWriter(path, architecture)
     writer.add_name("tiny-test")
     writer.add_context_length(1024)
     writer.add_embedding_length(n_embd)

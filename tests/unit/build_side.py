@@ -7,9 +7,10 @@ import re
 BUILD_PACKAGES = (
     "torch", "transformers", "optimum", "nncf",
     "edgekit.stages", "edgekit.plan", "edgekit.pipeline", "edgekit.executors", "edgekit.recipe", "edgekit.report",
-    "edgekit.backends.base", "edgekit.backends.child", "edgekit.backends.calibration",
+    "edgekit.backends.base", "edgekit.backends.catalog", "edgekit.backends.child", "edgekit.backends.calibration",
+    "edgekit.backends.support", "edgekit.backends.optimum_backend",
 )  # fmt: skip
-# A backend package's build side: its build module, child-process entry points and default gates.
+# A backend package's build side: its backend module, child-process entry points, default gates, quantizer tools.
 BUILD_MODULE = re.compile(
     r"^edgekit\.backends\.\w+\.(backend|child|gates|quantize_child|llama_tools|sensitivity|options)(\.|$)"
 )

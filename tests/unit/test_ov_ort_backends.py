@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from build_side import build_side
 
+from edgekit.backends.catalog import build_backend
 from edgekit.errors import MissingDependencyError, RecipeError
 from edgekit.recipe.load import parse_recipe
-from edgekit.registry import build_backend
 
 HEAD = """
 [model]

@@ -4,7 +4,7 @@ convert:  HF checkpoint → GGUF F16 with llama.cpp's own convert_hf_to_gguf.py 
           version as the installed llama-cpp-python), stamped with provenance metadata.
 quantize: F16 → Q4_K_M / Q5_K_M / Q6_K / Q8_0 with llama_model_quantize from the bindings, or with
           the `llama-quantize` binary when the target pulls a lever (importance matrix, per-tensor
-          types; see `levers`). The tensor types actually written are read back, because K-quants
+          types; see `quantize_needs`). The tensor types actually written are read back, because K-quants
           silently fall back to other types on rows that are not a multiple of 256.
 """
 
@@ -14,16 +14,13 @@ import re
 import shutil
 import sys
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
-
-from pydantic import BaseModel
 
 from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.hashing import sha256_file
 from edgekit._util.versions import dist_version
-from edgekit.backends.base import BuildBackend, BuildEnv, Levers, ModelInfo, SensitivityProbe
+from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo, QuantizeInputs, QuantizeNeeds, SensitivityProbe
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf import llama_tools
 from edgekit.backends.gguf.gates import DEFAULT_GATES
@@ -33,7 +30,6 @@ from edgekit.errors import RecipeProblem, StageError, UsageError
 from edgekit.observe.progress import Progress
 from edgekit.signoff.gates import Gates
 from edgekit.store.memo import remembered
-from edgekit.store.records import Checkpoint
 
 F16_FILE = "model-f16.gguf"
 ARTIFACT_FILE = "model.gguf"
@@ -44,7 +40,7 @@ QUANTIZE_CHILD = "edgekit.backends.gguf.quantize_child"
 FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w+)")
 
 
-class GGUFBuild(BuildBackend):
+class GGUFBuild(BuildBackend[GGUFOptions]):
     name = "gguf"
     converts_gguf = True
     schemes = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16")
@@ -59,24 +55,21 @@ class GGUFBuild(BuildBackend):
     bytes_per_param: ClassVar[dict[str, float]] = {"F16": 2.0, "Q8_0": 1.07, "Q6_K": 0.83, "Q5_K_M": 0.72,
                                                    "Q4_K_M": 0.62}  # fmt: skip
 
-    def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
-        assert isinstance(options, GGUFOptions)
+    def check_target(self, scheme: str, options: GGUFOptions) -> list[RecipeProblem]:
         return option_problems(scheme, options)
 
-    def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
+    def needs_calibration(self, scheme: str, options: GGUFOptions) -> bool:
         """An importance matrix reads calibration text (`llama-imatrix`, a stage before quantizing)."""
-        return bool(getattr(options, "imatrix", False)) and scheme != "F16"
+        return options.imatrix and scheme != "F16"
 
-    def calibration_tokens(self, scheme: str, options: BaseModel) -> int:
+    def calibration_tokens(self, scheme: str, options: GGUFOptions) -> int:
         """The matrix's windows, and a few tokens to spare: llama.cpp tokenizes the text of the range again."""
         if not self.needs_calibration(scheme, options):
             return 0
-        assert isinstance(options, GGUFOptions)
         return options.imatrix_chunks * options.imatrix_context + IMATRIX_SPARE_TOKENS
 
-    def levers(self, scheme: str, options: BaseModel) -> Levers:
+    def quantize_needs(self, scheme: str, options: GGUFOptions) -> QuantizeNeeds[GGUFOptions]:
         """The importance matrix to compute first, llama.cpp's tools (built?), the twin without the matrix."""
-        assert isinstance(options, GGUFOptions)
         from edgekit.toolchain import llama_tool, tools_identity
 
         if not options.uses_tools or scheme == "F16":
@@ -87,7 +80,7 @@ class GGUFBuild(BuildBackend):
         if options.imatrix:
             llama_tool("llama-imatrix")
         plain = GGUFOptions.model_validate(options.model_dump(exclude={"imatrix", "imatrix_chunks", "imatrix_context"}))
-        return Levers(
+        return QuantizeNeeds(
             imatrix=(options.imatrix_chunks, options.imatrix_context) if options.imatrix else None,
             tools=tools,
             without={"imatrix": plain} if options.imatrix else {},
@@ -103,14 +96,13 @@ class GGUFBuild(BuildBackend):
 
         return layer_sensitivity(artifact, base, measure, out_dir)
 
-    def check_model(self, scheme: str, options: BaseModel, model: ModelInfo, env: BuildEnv) -> list[RecipeProblem]:
-        assert isinstance(options, GGUFOptions)
+    def check_model(self, scheme: str, options: GGUFOptions, model: ModelInfo, env: BuildEnv) -> list[RecipeProblem]:
         if not options.tensor_overrides:
             return []
         from edgekit.toolchain import get_converter
 
         if model.kind == "gguf":  # the header says: fast, and nothing to remember (bad input writes nothing)
-            names = llama_tools.tensor_names(model.kind, model.location, None)
+            names: list[str] | None = llama_tools.gguf_tensor_names(model.location)
         else:
             converter = get_converter(env.llama_cpp_dir)
             inputs = llama_tools.memo_inputs(model.kind, model.location, converter.identity())
@@ -119,7 +111,7 @@ class GGUFBuild(BuildBackend):
                 return llama_tools.tensor_names(model.kind, model.location, converter.script)
 
             def keep(found: list[str] | None) -> bool:  # remembered only when the recipe is good
-                return bool(found) and not llama_tools.override_problems(options, found)
+                return found is not None and bool(found) and not llama_tools.override_problems(options, found)
 
             names = remembered(env.cache_root, "tensor-names", inputs, compute, keep)
         return [] if names is None else llama_tools.override_problems(options, names)
@@ -153,16 +145,16 @@ class GGUFBuild(BuildBackend):
     # --- build -----------------------------------------------------------------------------------
 
     def convert(
-        self, checkpoint: Checkpoint, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
+        self, checkpoint: Path, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
     ) -> None:
         from edgekit.toolchain import get_converter
 
         converter = get_converter(env.llama_cpp_dir)
-        weights = sum(p.stat().st_size for p in checkpoint.path.glob("*.safetensors"))
+        weights = sum(p.stat().st_size for p in checkpoint.glob("*.safetensors"))
         ensure_free_space(out_dir, 3 * weights)  # raw F16 + stamped copy, F32 checkpoints shrink
         raw = out_dir / "converter-output.gguf"
         cmd = [
-            sys.executable, str(converter.script), str(checkpoint.path),
+            sys.executable, str(converter.script), str(checkpoint),
             "--outfile", str(raw), "--outtype", "f16", "--model-name", provenance.get("name", "model"),
         ]  # fmt: skip
         with progress.task("convert  HF → GGUF F16 (llama.cpp convert_hf_to_gguf.py)"):
@@ -188,19 +180,9 @@ class GGUFBuild(BuildBackend):
             stamp_metadata(raw, out_dir / F16_FILE, provenance)
         raw.unlink()
 
-    def quantize(
-        self,
-        converted: Path,
-        scheme: str,
-        options: Any,
-        out_dir: Path,
-        env: BuildEnv,
-        progress: Progress,
-        calibration: Sequence[int] | None = None,
-        *,
-        imatrix: Path | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        source = converted / F16_FILE
+    def quantize(self, inputs: QuantizeInputs[GGUFOptions]) -> tuple[str, dict[str, Any]]:
+        scheme, options, out_dir, imatrix = inputs.scheme, inputs.options, inputs.out_dir, inputs.imatrix
+        source = inputs.converted / F16_FILE
         target = out_dir / ARTIFACT_FILE
         summary_in = tensor_summary(source)
         ensure_free_space(out_dir, int(summary_in["params"] * self.bytes_per_param[scheme]) + 2**20)
@@ -208,20 +190,20 @@ class GGUFBuild(BuildBackend):
         if scheme == "F16":
             shutil.copyfile(source, target)
         elif options.uses_tools:
-            if problems := llama_tools.override_problems(options, llama_tools.tensor_names("gguf", source, None)):
+            if problems := llama_tools.override_problems(options, llama_tools.gguf_tensor_names(source)):
                 raise UsageError("; ".join(f"{p.key}: {p.problem}" for p in problems), "fix the target's options")
             stamp = {"edgekit.imatrix.sha256": sha256_file(imatrix)} if imatrix is not None else {}
-            with progress.task(f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"):
+            with inputs.progress.task(f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"):
                 log = llama_tools.quantize_with_tool(source, target, scheme, options, imatrix, out_dir / QUANTIZE_LOG,
-                                                env.threads, stamp)  # fmt: skip
+                                                     inputs.env.threads, stamp)  # fmt: skip
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         else:
             cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(target), scheme, "0"]
-            with progress.task(f"quantize  GGUF {scheme} (llama_model_quantize)"):
+            with inputs.progress.task(f"quantize  GGUF {scheme} (llama_model_quantize)"):
                 log = run_logged(cmd, out_dir / QUANTIZE_LOG, f"quantize {scheme}")
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         summary = tensor_summary(target)
-        details = {
+        details: dict[str, Any] = {
             "format": "gguf",
             "file_type": summary["file_type"],
             "tensor_types": summary["tensor_types"],
@@ -244,8 +226,8 @@ class GGUFBuild(BuildBackend):
 def lever_details(options: GGUFOptions, artifact: Path) -> dict[str, Any]:
     """The levers as the artifact records them: overrides asked for, and the importance matrix llama-quantize wrote."""
     found: dict[str, Any] = {}
-    asked = {"output_tensor_type": options.output_tensor_type, "token_embedding_type": options.token_embedding_type}
-    asked = {k: v for k, v in asked.items() if v}
+    given = {"output_tensor_type": options.output_tensor_type, "token_embedding_type": options.token_embedding_type}
+    asked: dict[str, Any] = {k: v for k, v in given.items() if v}
     if options.tensor_overrides:
         asked["tensor_overrides"] = [o.model_dump() for o in options.tensor_overrides]
     if asked:

@@ -95,6 +95,10 @@ class _Sequence:
 
 class GGUFEngine(ServingMixin, VocabularyMixin):
     backend = "gguf"
+    _model: Any  # llama.cpp's handles (ctypes pointers, a llama_batch): None until loaded, and after close()
+    _ctx: Any
+    _batch: Any
+    _threads_now: tuple[int, int]
 
     def __init__(
         self,

@@ -90,9 +90,7 @@ def tensor_names(kind: str, location: Path, converter_script: Path | None) -> li
     converter (it maps every weight's name without writing anything). Otherwise quantizing checks them.
     """
     if kind == "gguf":
-        import gguf
-
-        return [t.name for t in gguf.GGUFReader(location).tensors]
+        return gguf_tensor_names(location)
     if kind != "dir" or converter_script is None or not any(location.glob("*.safetensors")):
         return None  # an hf:// source before its weights are fetched, or pickles (never loaded before the fetch)
     import tempfile
@@ -101,6 +99,13 @@ def tensor_names(kind: str, location: Path, converter_script: Path | None) -> li
         cmd = [sys.executable, str(converter_script), str(location), "--dry-run", "--outfile", f"{tmp}/dry.gguf"]
         log = run_logged(cmd, Path(tmp) / "convert.log", "convert", env={"NO_LOCAL_GGUF": ""})
     return CONVERTER_TENSOR.findall(log)
+
+
+def gguf_tensor_names(path: Path) -> list[str]:
+    """The tensor names in a GGUF file's header."""
+    import gguf
+
+    return [t.name for t in gguf.GGUFReader(path).tensors]
 
 
 def override_problems(options: GGUFOptions, names: list[str]) -> list[RecipeProblem]:

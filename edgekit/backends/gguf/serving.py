@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,6 +76,17 @@ class ServingMixin(PrefixSlots):
     n_threads: int
     n_threads_batch: int
 
+    if TYPE_CHECKING:  # what GGUFEngine provides
+
+        def step(self) -> dict[int, int]: ...
+        def _set_threads(self, n_threads: int, n_threads_batch: int) -> None: ...
+        def _fill(self, items: list[tuple[int, int, int, bool]]) -> None: ...
+        def _decode(self) -> None: ...
+        def _logits_row(self, i: int) -> np.ndarray: ...
+        def _begin_sequence(
+            self, seq: int, pos: int, last: int, sampling: Sampling, rng: np.random.Generator
+        ) -> None: ...
+
     def _init_serving(self, prefix_cache: int) -> None:
         self._prefix = PrefixCache(self.max_sequences, prefix_cache, _KVCells(self))
         self._prefills: dict[int, _Prefill] = {}
@@ -92,10 +103,10 @@ class ServingMixin(PrefixSlots):
         self.last_prompt_tokens = 0
         if not self._prefills:
             fed = [(seq, state.last) for seq, state in self._seqs.items()]
-            out = self.step()
+            stepped = self.step()
             for seq, token in fed:
                 self._prefix.fed(seq, (token,))
-            return out
+            return stepped
         decoding = sorted(self._seqs)
         plan = self._prompt_chunks(max(1, min(prompt_budget, self.n_batch - len(decoding))))
         items = [(self._seqs[s].last, self._seqs[s].pos, s, True) for s in decoding]

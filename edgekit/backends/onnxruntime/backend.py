@@ -15,26 +15,20 @@ on the box) and the Hugging Face side files. It runs with `edgekit.backends.onnx
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.versions import dist_version
-from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
-from edgekit.backends.calibration import add_calibration, remove_calibration
-from edgekit.backends.child import run_child
+from edgekit.backends.base import BuildEnv, QuantizeInputs
 from edgekit.backends.onnxruntime.gates import DEFAULT_GATES
+from edgekit.backends.optimum_backend import ARTIFACT_DIR, OptimumBuild
 from edgekit.errors import RecipeProblem
 from edgekit.observe.progress import Progress
 from edgekit.signoff.gates import Gates
-from edgekit.store.records import Checkpoint
 
 MODEL = "model.onnx"
-ARTIFACT_DIR = "model"
 PROVENANCE = "edgekit-provenance.json"
 SIDE_FILES = ("tokenizer.json", "config.json", "generation_config.json", "tokenizer_config.json",
               "special_tokens_map.json", "chat_template.jinja")  # fmt: skip
@@ -59,16 +53,18 @@ class ONNXRuntimeOptions(BaseModel):
     calibration_tokens: int = Field(128, ge=16, le=4096, description="outlier_ratio: tokens per window")
 
 
-class ONNXRuntimeBuild(BuildBackend):
+class ONNXRuntimeBuild(OptimumBuild[ONNXRuntimeOptions]):
     name = "onnxruntime"
     schemes = ("INT8",)
     extra = "onnx"
+    exporter = "onnx"
+    child = "edgekit.backends.onnxruntime.child"
+    checkpoint_files = artifact_files = SIDE_FILES
     required_modules = ("onnxruntime", "onnx", "optimum.exporters.onnx", "tokenizers", "torch", "transformers")
     options_model = ONNXRuntimeOptions
     default_scheme_gates: ClassVar[dict[str, Gates]] = DEFAULT_GATES
 
-    def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
-        assert isinstance(options, ONNXRuntimeOptions)
+    def check_target(self, scheme: str, options: ONNXRuntimeOptions) -> list[RecipeProblem]:
         if options.outlier_ratio is not None:
             return []
         return [
@@ -81,20 +77,12 @@ class ONNXRuntimeBuild(BuildBackend):
             if key in options.model_fields_set
         ]
 
-    def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
-        return isinstance(options, ONNXRuntimeOptions) and options.outlier_ratio is not None
+    def needs_calibration(self, scheme: str, options: ONNXRuntimeOptions) -> bool:
+        return options.outlier_ratio is not None
 
-    def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
-        from edgekit.backends.optimum_support import exporter_reason
-
-        if model.model_type is None:
-            return super().unsupported(model, env)
-        return exporter_reason(model.model_type, "onnx", env.cache_root)
-
-    def resolve_options(self, scheme: str, options: BaseModel) -> BaseModel:
+    def resolve_options(self, scheme: str, options: ONNXRuntimeOptions) -> ONNXRuntimeOptions:
         """`reduce_range` unset: 7-bit weights on an x86 CPU without VNNI, where ONNX Runtime's u8×s8 kernels
         (pmaddubsw) saturate 8-bit products and wreck the model (measured: mean KLD 7.0 instead of 0.17)."""
-        assert isinstance(options, ONNXRuntimeOptions)
         if options.reduce_range is not None:
             return options
         from edgekit.runtime.machine import has_int8_dot_product
@@ -115,63 +103,35 @@ class ONNXRuntimeBuild(BuildBackend):
     # --- build -----------------------------------------------------------------------------------
 
     def convert(
-        self, checkpoint: Checkpoint, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
+        self, checkpoint: Path, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
     ) -> None:
-        weights = sum(p.stat().st_size for p in checkpoint.path.glob("*.safetensors"))
+        weights = sum(p.stat().st_size for p in checkpoint.glob("*.safetensors"))
+        label = "convert  HF → ONNX with past key values (optimum) + ONNX Runtime preprocessing"
         # FP32 export (2× an FP16 checkpoint) and its preprocessed copy, which may add a transposed embedding.
-        ensure_free_space(out_dir, 6 * weights + 2**26)
-        spec = {"task": "export", "checkpoint": str(checkpoint.path), "out": str(out_dir)}
-        with progress.task("convert  HF → ONNX with past key values (optimum) + ONNX Runtime preprocessing"):
-            run_child(
-                "edgekit.backends.onnxruntime.child", spec, out_dir / "convert.log", "convert onnxruntime", env.threads
-            )
-        for name in SIDE_FILES:
-            if (checkpoint.path / name).is_file() and not (out_dir / name).exists():
-                shutil.copyfile(checkpoint.path / name, out_dir / name)
+        self.export_in_child(checkpoint, out_dir, env, progress, label, 6 * weights + 2**26, {})
         (out_dir / PROVENANCE).write_text(json.dumps(provenance, indent=1, sort_keys=True), encoding="utf-8")
 
-    def quantize(
-        self,
-        converted: Path,
-        scheme: str,
-        options: Any,
-        out_dir: Path,
-        env: BuildEnv,
-        progress: Progress,
-        calibration: Sequence[int] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    def quantize(self, inputs: QuantizeInputs[ONNXRuntimeOptions]) -> tuple[str, dict[str, Any]]:
         from edgekit.backends.onnxruntime.graph import onnx_summary
 
-        assert isinstance(options, ONNXRuntimeOptions)
-        artifact = out_dir / ARTIFACT_DIR
-        artifact.mkdir()
+        options, converted = inputs.options, inputs.converted
         source_bytes = sum(p.stat().st_size for p in converted.glob("model.onnx*"))
-        ensure_free_space(out_dir, source_bytes // 2 + (2 * source_bytes if options.outlier_ratio else 0) + 2**26)
+        free = source_bytes // 2 + (2 * source_bytes if options.outlier_ratio else 0) + 2**26
         summary = {"weights": "int8", "activations": "uint8, dynamic per tensor", **options.model_dump(mode="json")}
         spec: dict[str, Any] = {
             "task": "quantize",
-            "converted": str(converted),
-            "out": str(artifact),
             "provenance": json.loads((converted / PROVENANCE).read_text(encoding="utf-8")),
             "summary": summary,
             **options.model_dump(mode="json"),
         }
-        record = None
+        calibrate = None
         if options.outlier_ratio is not None:
-            record = add_calibration(spec, out_dir, calibration, options.calibration_samples,
-                                          options.calibration_tokens, "outlier_ratio")  # fmt: skip
+            calibrate = (options.calibration_samples, options.calibration_tokens, "outlier_ratio")
         layout = "per channel" if options.per_channel else "per tensor"
-        with progress.task(f"quantize  ONNX Runtime dynamic INT8 ({layout}; quantize_dynamic)"):
-            try:
-                run_child("edgekit.backends.onnxruntime.child", spec, out_dir / "quantize.log",
-                          f"quantize onnxruntime {scheme}", env.threads)  # fmt: skip
-            finally:
-                remove_calibration(out_dir)
-        for name in SIDE_FILES:
-            if (converted / name).is_file():
-                shutil.copyfile(converted / name, artifact / name)
+        label = f"quantize  ONNX Runtime dynamic INT8 ({layout}; quantize_dynamic)"
+        artifact, _, record = self.quantize_in_child(inputs, label, free, spec, calibrate)
         graph = onnx_summary(artifact / MODEL)
-        excluded = json.loads((out_dir / "excluded.json").read_text(encoding="utf-8"))
+        excluded = json.loads((inputs.out_dir / "excluded.json").read_text(encoding="utf-8"))
         details: dict[str, Any] = {
             "format": "onnx",
             "quantization": summary,

@@ -24,18 +24,17 @@ execution_mode (sequential | parallel), enable_cpu_mem_arena (memory_arena) and
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from edgekit.errors import EngineError, UsageError
+from edgekit.backends.folder_engine import FolderEngine
+from edgekit.errors import EngineError
+from edgekit.runtime.config import RuntimeConfig
 from edgekit.runtime.engines.hf_files import HFFiles, token_bytes_table
-from edgekit.runtime.engines.stepwise import PREFIX_CACHE, StepwiseEngine
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -82,37 +81,16 @@ class _Past:
         self.arrays: dict[str, np.ndarray] | None = None
 
 
-class ONNXRuntimeEngine(StepwiseEngine):
+class ONNXRuntimeEngine(FolderEngine):
     backend = "onnxruntime"
     first_chunk = 1
     batched = True
     prefix_reuse = True
+    files = (MODEL_FILE, TOKENIZER_FILE)
+    kind = "ONNX"
 
-    def __init__(
-        self,
-        folder: Path,
-        *,
-        n_threads: int,
-        n_ctx: int = 2048,
-        n_batch: int = 256,
-        max_sequences: int = 1,
-        inter_op_threads: int | None = None,
-        execution_mode: str | None = None,
-        memory_arena: bool | None = None,
-        env_allocators: bool | None = None,
-        prefix_cache: int = PREFIX_CACHE,
-    ) -> None:
-        self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE), "ONNX")
-        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
-        self._options = {
-            "inter_op_threads": inter_op_threads,
-            "execution_mode": execution_mode,
-            "memory_arena": memory_arena,
-            "env_allocators": env_allocators,
-        }
-        started = time.perf_counter()
-        self._open_session(n_threads)
-        loaded = time.perf_counter()
+    def _load_model(self, config: RuntimeConfig) -> None:
+        self._compile(config.n_threads)
         inputs = {i.name: i for i in self._session.get_inputs()}
         self._past_names = sorted((n for n in inputs if n.startswith("past_key_values.")), key=_layer_order)
         if "input_ids" not in inputs or "attention_mask" not in inputs or not self._past_names:
@@ -131,19 +109,22 @@ class ONNXRuntimeEngine(StepwiseEngine):
             raise EngineError(f"{self.path / MODEL_FILE}: unexpected past key/value shape {shape}")
         self._empty_past = np.zeros((1, shape[1], 0, shape[3]), dtype=_NUMPY_TYPES.get(first.type, np.float32))
         logits_shape = self._session.get_outputs()[outputs.index("logits")].shape
-        files = HFFiles(self.path)
-        vocab = logits_shape[-1] if isinstance(logits_shape[-1], int) else files.config.get("vocab_size")
+        static = logits_shape[-1]
+        vocab = static if isinstance(static, int) else HFFiles(self.path).config.get("vocab_size")
         if not isinstance(vocab, int):
             raise EngineError(f"{self.path}: cannot tell the vocabulary size (no static logits dim, no config.json)")
         self.n_vocab = vocab
+
+    def _load_tokenizer(self) -> None:
         self._tokenizer = Tokenizer.from_file(str(self.path / TOKENIZER_FILE))
         self._bytes = token_bytes_table(self.path / TOKENIZER_FILE, max(self.n_vocab, self._tokenizer.get_vocab_size()))
-        self._read_vocabulary(files)
-        self.load_timings = {"model_ms": (loaded - started) * 1000, "context_ms": (time.perf_counter() - loaded) * 1000}
+        self._read_vocabulary(HFFiles(self.path))
 
-    def _open_session(self, n_threads: int) -> None:
+    def _compile(self, n_threads: int) -> None:
+        """A session with `n_threads` intra-op threads."""
         self.n_threads = self.n_threads_batch = int(n_threads)
-        options = session_options(n_threads, **self._options)
+        c = self._config
+        options = session_options(n_threads, c.inter_op_threads, c.execution_mode, c.memory_arena, c.env_allocators)
         try:
             self._session = ort.InferenceSession(
                 str(self.path / MODEL_FILE), options, providers=["CPUExecutionProvider"]
@@ -157,7 +138,7 @@ class ONNXRuntimeEngine(StepwiseEngine):
             "inter_op_num_threads": str(options.inter_op_num_threads),
             "execution_mode": str(options.execution_mode).rsplit(".", 1)[-1],
             "enable_cpu_mem_arena": str(options.enable_cpu_mem_arena),
-            "use_env_allocators": str(bool(self._options["env_allocators"])),
+            "use_env_allocators": str(bool(c.env_allocators)),
         }
 
     # --- slots: the past key/value arrays of each sequence ----------------------------------------
@@ -211,16 +192,6 @@ class ONNXRuntimeEngine(StepwiseEngine):
         table = self._bytes
         return b"".join(table[i] if 0 <= i < len(table) else b"" for i in (int(t) for t in ids))
 
-    # --- extras used by bench and tune ------------------------------------------------------------
-
-    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
-        """A new session with another intra-op thread count; needs an idle engine."""
-        del n_threads_batch
-        if self._seqs:
-            raise UsageError("set_threads() needs an idle engine", "finish every active sequence first")
-        self._drop_slots()
-        self._open_session(n_threads)
-
     def close(self) -> None:
         self._seqs.clear()
         self._drop_slots()
@@ -233,18 +204,4 @@ def _layer_order(name: str) -> tuple[int, str]:
     return (int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0, name)
 
 
-def open_engine(artifact: Path, bundle: Path | None, config: Any) -> ONNXRuntimeEngine:
-    """An ONNX Runtime engine configured by a RuntimeConfig."""
-    del bundle  # the artifact folder carries tokenizer.json and the chat template
-    return ONNXRuntimeEngine(
-        artifact,
-        n_threads=config.n_threads,
-        n_ctx=config.n_ctx,
-        n_batch=config.n_batch,
-        max_sequences=config.max_concurrent,
-        inter_op_threads=getattr(config, "inter_op_threads", None),
-        execution_mode=getattr(config, "execution_mode", None),
-        memory_arena=getattr(config, "memory_arena", None),
-        env_allocators=getattr(config, "env_allocators", None),
-        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
-    )
+open_engine = ONNXRuntimeEngine.open

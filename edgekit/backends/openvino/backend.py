@@ -16,26 +16,20 @@ The artifact is a folder: the IR, the tokenizer IRs and the Hugging Face side fi
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.versions import dist_version
-from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo
-from edgekit.backends.calibration import add_calibration, remove_calibration
-from edgekit.backends.child import run_child
+from edgekit.backends.base import BuildEnv, QuantizeInputs
 from edgekit.backends.openvino.gates import DEFAULT_GATES
+from edgekit.backends.optimum_backend import ARTIFACT_DIR, OptimumBuild
 from edgekit.errors import RecipeProblem
 from edgekit.observe.progress import Progress
 from edgekit.signoff.gates import Gates
-from edgekit.store.records import Checkpoint
 
 MODEL_XML = "openvino_model.xml"
-ARTIFACT_DIR = "model"
 SIDE_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
               "chat_template.jinja")  # fmt: skip
 TOKENIZER_IRS = ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "openvino_detokenizer.xml",
@@ -70,10 +64,14 @@ def data_aware(options: OpenVINOOptions) -> bool:
     return options.awq or options.scale_estimation or options.ratio < 1.0
 
 
-class OpenVINOBuild(BuildBackend):
+class OpenVINOBuild(OptimumBuild[OpenVINOOptions]):
     name = "openvino"
     schemes = ("INT8", "INT4")
     extra = "openvino"
+    exporter = "openvino"
+    child = "edgekit.backends.openvino.child"
+    checkpoint_files = SIDE_FILES
+    artifact_files = (*TOKENIZER_IRS, *SIDE_FILES)
     required_modules = ("openvino", "openvino_tokenizers", "nncf", "optimum.intel", "torch", "transformers")
     options_model = OpenVINOOptions
     default_scheme_gates: ClassVar[dict[str, Gates]] = DEFAULT_GATES
@@ -88,8 +86,7 @@ class OpenVINOBuild(BuildBackend):
         ("INT8", {}),
     )
 
-    def check_target(self, scheme: str, options: BaseModel) -> list[RecipeProblem]:
-        assert isinstance(options, OpenVINOOptions)
+    def check_target(self, scheme: str, options: OpenVINOOptions) -> list[RecipeProblem]:
         given = options.model_fields_set
         problems = []
         if scheme == "INT8":
@@ -114,15 +111,8 @@ class OpenVINOBuild(BuildBackend):
                     )
         return problems
 
-    def needs_calibration(self, scheme: str, options: BaseModel) -> bool:
-        return scheme == "INT4" and isinstance(options, OpenVINOOptions) and data_aware(options)
-
-    def unsupported(self, model: ModelInfo, env: BuildEnv) -> str | None:
-        from edgekit.backends.optimum_support import exporter_reason
-
-        if model.model_type is None:
-            return super().unsupported(model, env)
-        return exporter_reason(model.model_type, "openvino", env.cache_root)
+    def needs_calibration(self, scheme: str, options: OpenVINOOptions) -> bool:
+        return scheme == "INT4" and data_aware(options)
 
     def versions(self, env: BuildEnv) -> dict[str, str | None]:
         return {
@@ -138,51 +128,27 @@ class OpenVINOBuild(BuildBackend):
     # --- build -----------------------------------------------------------------------------------
 
     def convert(
-        self, checkpoint: Checkpoint, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
+        self, checkpoint: Path, out_dir: Path, env: BuildEnv, progress: Progress, provenance: dict[str, str]
     ) -> None:
-        weights = sum(p.stat().st_size for p in checkpoint.path.glob("*.safetensors"))
-        ensure_free_space(out_dir, 2 * weights + 2**26)  # FP16 IR (≤ FP16 checkpoint) + tokenizer + slack
-        spec = {"task": "export", "checkpoint": str(checkpoint.path), "out": str(out_dir), "provenance": provenance}
-        with progress.task("convert  HF → OpenVINO IR FP16 (optimum-intel) + tokenizer (openvino-tokenizers)"):
-            run_child("edgekit.backends.openvino.child", spec, out_dir / "convert.log", "convert openvino", env.threads)
-        for name in SIDE_FILES:
-            if (checkpoint.path / name).is_file() and not (out_dir / name).exists():
-                shutil.copyfile(checkpoint.path / name, out_dir / name)
+        weights = sum(p.stat().st_size for p in checkpoint.glob("*.safetensors"))
+        label = "convert  HF → OpenVINO IR FP16 (optimum-intel) + tokenizer (openvino-tokenizers)"
+        # FP16 IR (≤ FP16 checkpoint) + tokenizer + slack
+        self.export_in_child(checkpoint, out_dir, env, progress, label, 2 * weights + 2**26, {"provenance": provenance})
 
-    def quantize(
-        self,
-        converted: Path,
-        scheme: str,
-        options: Any,
-        out_dir: Path,
-        env: BuildEnv,
-        progress: Progress,
-        calibration: Sequence[int] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    def quantize(self, inputs: QuantizeInputs[OpenVINOOptions]) -> tuple[str, dict[str, Any]]:
         from edgekit.backends.openvino.ir import ir_summary
 
-        assert isinstance(options, OpenVINOOptions)
-        artifact = out_dir / ARTIFACT_DIR
-        artifact.mkdir()
-        ensure_free_space(out_dir, (converted / "openvino_model.bin").stat().st_size // 2 + 2**26)
+        scheme, options = inputs.scheme, inputs.options
         mode = f"{scheme}_{'SYM' if options.sym else 'ASYM'}"
-        spec: dict[str, Any] = {"task": "compress", "converted": str(converted), "out": str(artifact), "mode": mode,
-                                **options.model_dump()}  # fmt: skip
-        record = None
+        calibrate = None
         if scheme == "INT4" and data_aware(options):
-            record = add_calibration(spec, out_dir, calibration, options.calibration_samples,
-                                          options.calibration_tokens, "data-aware INT4 compression")  # fmt: skip
-        label = f"{mode}" + (f" g{options.group_size} ratio {options.ratio:g}" if scheme == "INT4" else "")
+            calibrate = (options.calibration_samples, options.calibration_tokens, "data-aware INT4 compression")
+        what = mode + (f" g{options.group_size} ratio {options.ratio:g}" if scheme == "INT4" else "")
         extras = [n for n, on in (("AWQ", options.awq), ("scale estimation", options.scale_estimation)) if on]
-        with progress.task(f"quantize  OpenVINO {label}{' + ' + ', '.join(extras) if extras else ''} (NNCF)"):
-            try:
-                log = run_child("edgekit.backends.openvino.child", spec, out_dir / "quantize.log",
-                                f"quantize openvino {scheme}", env.threads)  # fmt: skip
-            finally:
-                remove_calibration(out_dir)
-        for name in (*TOKENIZER_IRS, *SIDE_FILES):
-            if (converted / name).is_file():
-                shutil.copyfile(converted / name, artifact / name)
+        label = f"quantize  OpenVINO {what}{' + ' + ', '.join(extras) if extras else ''} (NNCF)"
+        free = (inputs.converted / "openvino_model.bin").stat().st_size // 2 + 2**26
+        spec = {"task": "compress", "mode": mode, **options.model_dump()}
+        artifact, log, record = self.quantize_in_child(inputs, label, free, spec, calibrate)
         summary = ir_summary(artifact / MODEL_XML)
         details: dict[str, Any] = {
             "format": "openvino-ir",

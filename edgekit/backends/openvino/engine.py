@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
 import openvino_tokenizers  # noqa: F401  (registers the tokenizer operations with OpenVINO)
 
-from edgekit.errors import EngineError, UsageError
+from edgekit.backends.folder_engine import FolderEngine
+from edgekit.errors import EngineError
+from edgekit.runtime.config import RuntimeConfig
 from edgekit.runtime.engines.hf_files import HFFiles
-from edgekit.runtime.engines.stepwise import PREFIX_CACHE, StepwiseEngine
 
 MODEL_FILE = "openvino_model.xml"
 TOKENIZER_FILE = "openvino_tokenizer.xml"
@@ -67,37 +66,16 @@ def compile_properties(
     return props
 
 
-class OpenVINOEngine(StepwiseEngine):
+class OpenVINOEngine(FolderEngine):
     backend = "openvino"
     batched = True
     prefix_reuse = True
+    files = (MODEL_FILE, TOKENIZER_FILE, DETOKENIZER_FILE)
+    kind = "OpenVINO"
 
-    def __init__(
-        self,
-        folder: Path,
-        *,
-        n_threads: int,
-        n_ctx: int = 2048,
-        n_batch: int = 256,
-        max_sequences: int = 1,
-        use_mmap: bool = True,
-        num_streams: int | None = None,
-        cpu_pinning: bool | None = None,
-        scheduling_core_type: str | None = None,
-        inference_precision: str | None = None,
-        prefix_cache: int = PREFIX_CACHE,
-    ) -> None:
-        self._open_folder(folder, (MODEL_FILE, TOKENIZER_FILE, DETOKENIZER_FILE), "OpenVINO")
-        self._init_sequences(max_sequences, n_ctx, n_batch, prefix_cache)
-        self._options = {
-            "num_streams": num_streams,
-            "cpu_pinning": cpu_pinning,
-            "scheduling_core_type": scheduling_core_type,
-            "inference_precision": inference_precision,
-        }
-        started = time.perf_counter()
+    def _load_model(self, config: RuntimeConfig) -> None:
         self._core = ov.Core()
-        self._core.set_property({"ENABLE_MMAP": bool(use_mmap)})
+        self._core.set_property({"ENABLE_MMAP": bool(config.use_mmap)})
         try:
             self._model = self._core.read_model(self.path / MODEL_FILE)
         except RuntimeError as exc:
@@ -113,12 +91,12 @@ class OpenVINOEngine(StepwiseEngine):
                 "export with task text-generation-with-past (what edgekit's openvino backend does)",
             )
         self.n_vocab = int(self._model.output("logits").get_partial_shape()[-1].get_length())
-        self._compile(n_threads)
-        loaded = time.perf_counter()
+        self._compile(config.n_threads)
+
+    def _load_tokenizer(self) -> None:
         self._tokenizer = self._core.compile_model(self.path / TOKENIZER_FILE, "CPU")
         self._detokenizer = self._core.compile_model(self.path / DETOKENIZER_FILE, "CPU")
         self._detok_request = self._detokenizer.create_infer_request()
-        self.load_timings = {"model_ms": (loaded - started) * 1000, "context_ms": (time.perf_counter() - loaded) * 1000}
         self._read_vocabulary(
             HFFiles(self.path), lambda: frozenset(self._rt_int("eos_token_id")), lambda: self._rt_str("chat_template")
         )
@@ -127,7 +105,10 @@ class OpenVINOEngine(StepwiseEngine):
 
     def _compile(self, n_threads: int) -> None:
         self.n_threads = self.n_threads_batch = int(n_threads)
-        props = compile_properties(n_threads, **self._options)
+        c = self._config
+        props = compile_properties(
+            n_threads, c.num_streams, c.cpu_pinning, c.scheduling_core_type, c.inference_precision
+        )
         try:
             self._compiled = self._core.compile_model(self._model, "CPU", props)
         except RuntimeError as exc:
@@ -217,16 +198,6 @@ class OpenVINOEngine(StepwiseEngine):
         self._detok_request.infer([ov.Tensor(np.asarray([list(ids)], dtype=np.int64))])
         return bytes(self._detok_request.get_output_tensor(0).bytes_data[0])
 
-    # --- extras used by bench and tune ------------------------------------------------------------
-
-    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
-        """Recompile with another thread count (OpenVINO fixes it at compile time); needs an idle engine."""
-        del n_threads_batch  # one count per compiled model
-        if self._seqs:
-            raise UsageError("set_threads() needs an idle engine", "finish every active sequence first")
-        self._drop_slots()
-        self._compile(n_threads)
-
     def close(self) -> None:
         self._seqs.clear()
         self._drop_slots()
@@ -242,19 +213,4 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def open_engine(artifact: Path, bundle: Path | None, config: Any) -> OpenVINOEngine:
-    """An OpenVINO engine configured by a RuntimeConfig."""
-    del bundle  # the artifact folder carries the tokenizer IRs and the chat template
-    return OpenVINOEngine(
-        artifact,
-        n_threads=config.n_threads,
-        n_ctx=config.n_ctx,
-        n_batch=config.n_batch,
-        max_sequences=config.max_concurrent,
-        use_mmap=config.use_mmap,
-        num_streams=getattr(config, "num_streams", None),
-        cpu_pinning=getattr(config, "cpu_pinning", None),
-        scheduling_core_type=getattr(config, "scheduling_core_type", None),
-        inference_precision=getattr(config, "inference_precision", None),
-        prefix_cache=getattr(config, "prefix_cache", PREFIX_CACHE),
-    )
+open_engine = OpenVINOEngine.open
