@@ -34,10 +34,9 @@ def contract_cache(tmp_path_factory: pytest.TempPathFactory) -> StageCache:
 
 @pytest.fixture(scope="session")
 def checkpoint(contract_cache: StageCache, tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
-    from _contract import recipe_text
-    from stage_runs import fetched
-
     from edgekit.recipe.load import parse_recipe
+    from tests.support.contract import recipe_text
+    from tests.support.stage_runs import fetched
 
     path = tmp_path_factory.mktemp("recipe") / "recipe.toml"
     path.write_text(recipe_text("gguf", "Q8_0"))
@@ -47,9 +46,8 @@ def checkpoint(contract_cache: StageCache, tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="session")
 def reference(checkpoint: Checkpoint) -> list[tuple[str, list[int], np.ndarray]]:
     """The reference's token ids and float32 logits of each of REFERENCE_TEXTS (torch, CPU, FP32)."""
-    from _contract import REFERENCE_TEXTS
-
     from edgekit.reference.torch_runner import ReferenceDevice, TorchRunner
+    from tests.support.contract import REFERENCE_TEXTS
 
     runner = TorchRunner(checkpoint.path, ReferenceDevice("cpu", "float32", "cpu"), threads=2)
     try:

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from arch_matrix import CASES, TARGETS, backends, cell
-from arch_zoo import ARCHES, make_model, to_gguf
-from hub_fixtures import publish_to_local_hub
 
 from edgekit.errors import RecipeError, SourceTokenizerError
 from edgekit.manifest import verify_bundle
@@ -27,6 +24,9 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.arch_matrix import CASES, TARGETS, backends, cell
+from tests.support.arch_zoo import ARCHES, make_model, to_gguf
+from tests.support.hub_fixtures import publish_to_local_hub
 
 VALIDATION = {"max_tokens": 512, "context_length": 128, "noise_floor_dtype": "none", "bootstrap_resamples": 100}
 RUN_ALL = r"""

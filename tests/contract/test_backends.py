@@ -24,8 +24,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from _contract import BUNDLE_NAME, recipe_text
-from stage_runs import quantized
 
 from edgekit.manifest import verify_bundle
 from edgekit.observe.progress import SilentProgress
@@ -38,6 +36,8 @@ from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.engines.prefix import Reuse, common_prefix
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Artifact
+from tests.support.contract import BUNDLE_NAME, recipe_text
+from tests.support.stage_runs import quantized
 
 ENGINE_SCRIPT = r"""
 import json, re, sys

@@ -60,7 +60,7 @@ def default_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> Path:
     """A 2-layer random Llama (seed 0: the same bytes every session) with SmolLM2's tokenizer."""
-    from hub_fixtures import save_tiny_llama
+    from tests.support.hub_fixtures import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny") / "model", smollm2_gguf)
 
@@ -76,7 +76,7 @@ def llama_cpp_dir(e2e_cache_root: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, e2e_cache_root: Path) -> Path:
     """A real bundle of the tiny model, built once per session through the shared cache (read-only: copy it)."""
-    from tiny_project import make_project
+    from tests.support.tiny_project import make_project
 
     project = make_project(tmp_path_factory.mktemp("tiny-build") / "project", tiny_model)
     os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)

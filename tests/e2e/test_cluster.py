@@ -1,4 +1,4 @@
-"""The Ray executor on a real two-node cluster on loopback, with the tiny model (tests/e2e/tiny_project.py).
+"""The Ray executor on a real two-node cluster on loopback, with the tiny model (tests/support/tiny_project.py).
 
 The head is `ray start --head` offering `box:gateway-a`; the second node joins with `edgekit agent --box
 gateway-b` (labels read from this machine). Each node has 1 CPU and a 200 MB object store; both are
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tiny_project import TINY_BENCH as BENCH
-from tiny_project import build_env, make_project
 
 import edgekit
 from edgekit.manifest import verify_bundle
+from tests.support.tiny_project import TINY_BENCH as BENCH
+from tests.support.tiny_project import build_env, make_project
 
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"  # loopback addresses: each node has its own, traffic stays local
 OBJECT_STORE = str(200 * 2**20)

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_fixtures import publish_to_local_hub, save_tiny_llama
+
+from tests.support.hub_fixtures import publish_to_local_hub, save_tiny_llama
 
 REPO_ID = "edgekit-test/tiny-llama"
 

@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_project import TINY_BENCH
 
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.tiny_project import TINY_BENCH
 
 VALIDATION = """
 [validation]
@@ -80,7 +80,7 @@ name = "tiny-levers"
 
 
 def _build(root: Path, tiny_model: Path, recipe: str, cache: Path) -> BuildResult:
-    from tiny_project import make_project
+    from tests.support.tiny_project import make_project
 
     project = make_project(root, tiny_model, recipe)
     return build(load_recipe(project / "recipe.toml"), cache=StageCache(cache), progress=SilentProgress(),
@@ -90,7 +90,7 @@ def _build(root: Path, tiny_model: Path, recipe: str, cache: Path) -> BuildResul
 @pytest.fixture(scope="module")
 def sharp_model(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> Path:
     """The tiny Llama with weights of std 0.3 (seed 0): distributions sharp enough for quantization to show."""
-    from hub_fixtures import save_tiny_llama
+    from tests.support.hub_fixtures import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("sharp") / "model", smollm2_gguf, initializer_range=0.3)
 
@@ -175,7 +175,7 @@ def test_the_ladder_climbs_past_a_failing_candidate_and_stops(levers: tuple[Buil
 def test_a_ladder_where_nothing_passes_exits_1_naming_the_closest(
     levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, e2e_cache_root: Path
 ) -> None:
-    from tiny_project import make_project
+    from tests.support.tiny_project import make_project
 
     recipe = (
         LEVERS.split("[[targets]]")[0]
@@ -248,10 +248,9 @@ def test_a_pattern_matching_no_tensor_of_a_checkpoint_folder_is_refused_before_w
     sharp_model: Path, tmp_path: Path
 ) -> None:
     """The tensor names come from a dry run of llama.cpp's converter on the folder: nothing converted or written."""
-    from tiny_project import make_project
-
     from edgekit.errors import RecipeError
     from edgekit.plan.make import make_plan
+    from tests.support.tiny_project import make_project
 
     recipe = '[model]\nsource = "model"\n[[targets]]\nbackend = "gguf"\nscheme = "Q4_K_M"\n[targets.options]\n'
     recipe += 'tensor_overrides = [{ pattern = "attn_qq", type = "Q8_0" }]\n'

