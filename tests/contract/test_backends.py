@@ -121,17 +121,19 @@ def recipe(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="class")
-def artifact(recipe: Recipe, contract_cache: StageCache) -> Artifact:
+def artifact(recipe: Recipe, stage_cache_root: Path) -> Artifact:
     (target,) = recipe.targets
     backend = build_backend(target.backend)
     assert not backend.needs_calibration(target.scheme, target.options), "keep contract targets data-free (fast)"
-    return quantized(recipe, contract_cache)
+    return quantized(recipe, StageCache(stage_cache_root))
 
 
 @pytest.fixture(scope="class")
-def bundle(recipe: Recipe, artifact: Artifact, contract_cache: StageCache, tmp_path_factory: Any) -> Path:
+def bundle(recipe: Recipe, artifact: Artifact, stage_cache_root: Path, tmp_path_factory: Any) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    result: BuildResult = build(recipe, cache=contract_cache, progress=SilentProgress(), out_dir=out, threads=2)
+    result: BuildResult = build(
+        recipe, cache=StageCache(stage_cache_root), progress=SilentProgress(), out_dir=out, threads=2
+    )
     assert result.bundle == out / BUNDLE_NAME
     return result.bundle
 

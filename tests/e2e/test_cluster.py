@@ -119,7 +119,7 @@ def comparable_manifest(bundle: Path, measured: tuple[str, ...]) -> dict[str, ob
 
 
 def test_two_recipes_on_two_boxes_share_tasks_and_equal_a_local_build(
-    cluster: Cluster, tiny_model: Path, tmp_path: Path, e2e_cache_root: Path
+    cluster: Cluster, tiny_model: Path, tmp_path: Path, stage_cache_root: Path
 ) -> None:
     project = make_project(tmp_path / "p", tiny_model, recipe("tiny-a"))
     (project / "b.toml").write_text(recipe("tiny-b"))
@@ -149,7 +149,7 @@ def test_two_recipes_on_two_boxes_share_tasks_and_equal_a_local_build(
     # the same recipes on this machine, without Ray: the same artifacts, byte for byte
     local = subprocess.run(
         [sys.executable, "-m", "edgekit", "build", "recipe.toml", "b.toml", "--boxes", "local", "--out", "local",
-         "--cache-dir", str(e2e_cache_root)],
+         "--cache-dir", str(stage_cache_root)],
         cwd=project, env=cluster.env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert local.returncode == 0, local.stderr[-3000:]

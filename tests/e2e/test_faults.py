@@ -326,12 +326,13 @@ def test_two_fresh_builds_give_identical_artifacts(resumed: Resumed, concurrent:
 
 
 def _run_cli_in_process(project: Path, cache: Path, llama_cpp_dir: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`edgekit build recipe.toml --out full` in this process (whose disk the test patched), on `cache`."""
     from edgekit.cli import main
 
-    for key, value in build_env(cache, llama_cpp_dir).items():
+    for key, value in {"EDGEKIT_LLAMA_CPP_DIR": str(llama_cpp_dir), "HF_HUB_OFFLINE": "1"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(project)
-    monkeypatch.setattr(sys, "argv", ["edgekit", "build", "recipe.toml", "--out", "full"])
+    monkeypatch.setattr(sys, "argv", ["edgekit", "build", "recipe.toml", "--out", "full", "--cache-dir", str(cache)])
     with pytest.raises(SystemExit) as exit_info:
         main()
     return int(exit_info.value.code)  # type: ignore[arg-type]

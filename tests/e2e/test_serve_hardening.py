@@ -28,7 +28,7 @@ import pytest
 
 from edgekit.manifest import verify_bundle
 from edgekit.runtime.config import LOCAL_FILE
-from tests.support.tiny_project import linked_copy
+from tests.support.stage_cache import linked_copy
 
 BIN = Path(sys.executable).parent
 SLOTS, QUEUE, MAX_REQUEST_TOKENS = 2, 2, 256
