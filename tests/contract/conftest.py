@@ -1,12 +1,12 @@
 """Fixtures for the backend contract suite: the real SmolLM2-135M checkpoint and its torch reference.
 
-Every test here is end to end (marked e2e). `EDGEKIT_E2E_CACHE` points the stage cache at a warm
-one (converted models and artifacts are reused); otherwise the session starts from an empty cache.
+Every test here is end to end (marked e2e). Its stages go in the session's one stage cache
+(`stage_cache_root`, shared with the e2e suite: the contract recipe's fetch, conversions and Q8_0/INT8 are
+the default build's cache entries).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -25,31 +25,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def contract_cache(tmp_path_factory: pytest.TempPathFactory) -> StageCache:
-    root = Path(os.environ["EDGEKIT_E2E_CACHE"]) if "EDGEKIT_E2E_CACHE" in os.environ else None
-    root = root or tmp_path_factory.mktemp("contract-cache")
-    os.environ["EDGEKIT_CACHE"] = str(root)
-    return StageCache(root)
-
-
-@pytest.fixture(scope="session")
-def checkpoint(contract_cache: StageCache, tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
-    from _contract import recipe_text
-    from stage_runs import fetched
-
+def checkpoint(stage_cache_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
     from edgekit.recipe.load import parse_recipe
+    from tests.support.contract import recipe_text
+    from tests.support.stage_runs import fetched
 
     path = tmp_path_factory.mktemp("recipe") / "recipe.toml"
     path.write_text(recipe_text("gguf", "Q8_0"))
-    return fetched(parse_recipe(path.read_bytes(), path), contract_cache)
+    return fetched(parse_recipe(path.read_bytes(), path), StageCache(stage_cache_root))
 
 
 @pytest.fixture(scope="session")
 def reference(checkpoint: Checkpoint) -> list[tuple[str, list[int], np.ndarray]]:
     """The reference's token ids and float32 logits of each of REFERENCE_TEXTS (torch, CPU, FP32)."""
-    from _contract import REFERENCE_TEXTS
-
     from edgekit.reference.torch_runner import ReferenceDevice, TorchRunner
+    from tests.support.contract import REFERENCE_TEXTS
 
     runner = TorchRunner(checkpoint.path, ReferenceDevice("cpu", "float32", "cpu"), threads=2)
     try:

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from arch_matrix import CASES, TARGETS, backends, cell
-from arch_zoo import ARCHES, make_model, to_gguf
-from hub_fixtures import publish_to_local_hub
 
 from edgekit.errors import RecipeError, SourceTokenizerError
 from edgekit.manifest import verify_bundle
@@ -27,6 +24,9 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.arch_matrix import CASES, TARGETS, backends, cell
+from tests.support.arch_zoo import ARCHES, make_model, to_gguf
+from tests.support.hub_fixtures import publish_to_local_hub
 
 VALIDATION = {"max_tokens": 512, "context_length": 128, "noise_floor_dtype": "none", "bootstrap_resamples": 100}
 RUN_ALL = r"""
@@ -106,7 +106,7 @@ def build_recipe(recipe: Path, cache: StageCache, out: Path) -> BuildResult:
 
 @pytest.mark.parametrize(("arch", "form"), CASES, ids=[f"{a}-{f}" for a, f in CASES])
 def test_every_backend_builds_or_is_refused_at_planning_time(
-    arch: str, form: str, zoo: Path, contract_cache: StageCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    arch: str, form: str, zoo: Path, stage_cache: StageCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source, model = source_of(arch, form, zoo, tmp_path / "hub", monkeypatch)
     name = f"{arch}-{form}".replace("_", "-")
@@ -114,10 +114,10 @@ def test_every_backend_builds_or_is_refused_at_planning_time(
     if any(cell(arch, form, b).tokenizer for b in TARGETS):
         recipe = write_recipe(tmp_path / "without", source, name, targets, **model)
         with pytest.raises(SourceTokenizerError, match="first difference at token") as refused:
-            build_recipe(recipe, contract_cache, tmp_path / "dist")
+            build_recipe(recipe, stage_cache, tmp_path / "dist")
         assert "[model]" in (refused.value.hint or "") and not (tmp_path / "dist").exists()
         model = {**model, **original_tokenizer(arch, zoo, tmp_path / "hub", monkeypatch)}
-    result = build_recipe(write_recipe(tmp_path / "project", source, name, targets, **model), contract_cache,
+    result = build_recipe(write_recipe(tmp_path / "project", source, name, targets, **model), stage_cache,
                           tmp_path / "dist")  # fmt: skip
     bundle = result.bundle
     manifest = verify_bundle(bundle)
@@ -144,26 +144,26 @@ def test_every_backend_builds_or_is_refused_at_planning_time(
         assert len(generated["tokens"]) == 4 and generated["tokens"][0] == generated["expected_first"], name
 
 
-def test_a_required_target_the_backend_cannot_build_stops_the_plan(zoo: Path, contract_cache: StageCache,
+def test_a_required_target_the_backend_cannot_build_stops_the_plan(zoo: Path, stage_cache: StageCache,
                                                                     tmp_path: Path) -> None:  # fmt: skip
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(tomli_w.dumps({"model": {"source": str(zoo / "qwen2")},
                                      "targets": [{"backend": "gguf", "scheme": "Q8_0"}]}))  # fmt: skip
     with pytest.raises(RecipeError) as refused:
-        build_recipe(recipe, contract_cache, tmp_path / "dist")
+        build_recipe(recipe, stage_cache, tmp_path / "dist")
     message = str(refused.value)
     assert "targets[0].backend" in message and "gguf backend cannot build Qwen2ForCausalLM" in message
     assert "BPE pre-tokenizer was not recognized" in message and not (tmp_path / "dist").exists()
 
 
-def test_gguf_artifacts_of_a_gguf_source_keep_its_metadata_key_for_key(zoo: Path, contract_cache: StageCache,
+def test_gguf_artifacts_of_a_gguf_source_keep_its_metadata_key_for_key(zoo: Path, stage_cache: StageCache,
                                                                         tmp_path: Path) -> None:  # fmt: skip
     import gguf
 
     source = zoo / "llama.gguf"
     targets = [{"backend": "gguf", "scheme": s} for s in ("F16", "Q8_0", "Q4_K_M")]
     recipe = write_recipe(tmp_path / "project", str(source), "llama-keys", targets)
-    result = build_recipe(recipe, contract_cache, tmp_path / "dist")
+    result = build_recipe(recipe, stage_cache, tmp_path / "dist")
 
     def fields(path: Path) -> dict[str, bytes]:
         reader = gguf.GGUFReader(path)

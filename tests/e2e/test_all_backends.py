@@ -20,12 +20,12 @@ RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "all-backends.toml"
 
 
 @pytest.fixture(scope="module")
-def all_backends(e2e_cache_root: Path, tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
+def all_backends(stage_cache_root: Path, tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
     recipe = load_recipe(RECIPE)
     spec = recipe.spec.model_copy(update={"bench": recipe.spec.bench.model_copy(update={"enabled": False})})
     recipe = Recipe(recipe.path, recipe.sha256, recipe.text, spec, recipe.targets)
     return build(
-        recipe, cache=StageCache(e2e_cache_root), progress=SilentProgress(), out_dir=tmp_path_factory.mktemp("all")
+        recipe, cache=StageCache(stage_cache_root), progress=SilentProgress(), out_dir=tmp_path_factory.mktemp("all")
     )
 
 

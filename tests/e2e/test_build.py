@@ -68,10 +68,8 @@ def test_report_has_metrics_with_intervals_and_verdicts(default_build: BuildResu
     assert report["noise_floor"]["metrics"]["kld_mean"]["value"] < by_name["gguf-Q8_0"]["metrics"]["kld_mean"]["value"]
 
 
-def test_rebuild_reuses_every_stage(default_build: BuildResult, e2e_cache: StageCache, tmp_path: Path) -> None:
-    again = build(
-        load_recipe(DEFAULT_RECIPE), cache=StageCache(e2e_cache.root), progress=SilentProgress(), out_dir=tmp_path
-    )
+def test_rebuild_reuses_every_stage(default_build: BuildResult, stage_cache: StageCache, tmp_path: Path) -> None:
+    again = build(load_recipe(DEFAULT_RECIPE), cache=stage_cache, progress=SilentProgress(), out_dir=tmp_path)
     assert again.reused and all(again.reused.values()), again.reused
     first = json.loads((default_build.bundle / "manifest.json").read_text())["artifacts"]
     second = json.loads((again.bundle / "manifest.json").read_text())["artifacts"]

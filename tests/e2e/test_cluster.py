@@ -1,4 +1,4 @@
-"""The Ray executor on a real two-node cluster on loopback, with the tiny model (tests/e2e/tiny_project.py).
+"""The Ray executor on a real two-node cluster on loopback, with the tiny model (tests/support/tiny_project.py).
 
 The head is `ray start --head` offering `box:gateway-a`; the second node joins with `edgekit agent --box
 gateway-b` (labels read from this machine). Each node has 1 CPU and a 200 MB object store; both are
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tiny_project import TINY_BENCH as BENCH
-from tiny_project import build_env, make_project
 
 import edgekit
 from edgekit.manifest import verify_bundle
+from tests.support.tiny_project import TINY_BENCH as BENCH
+from tests.support.tiny_project import build_env, make_project
 
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"  # loopback addresses: each node has its own, traffic stays local
 OBJECT_STORE = str(200 * 2**20)
@@ -119,7 +119,7 @@ def comparable_manifest(bundle: Path, measured: tuple[str, ...]) -> dict[str, ob
 
 
 def test_two_recipes_on_two_boxes_share_tasks_and_equal_a_local_build(
-    cluster: Cluster, tiny_model: Path, tmp_path: Path, e2e_cache_root: Path
+    cluster: Cluster, tiny_model: Path, tmp_path: Path, stage_cache_root: Path
 ) -> None:
     project = make_project(tmp_path / "p", tiny_model, recipe("tiny-a"))
     (project / "b.toml").write_text(recipe("tiny-b"))
@@ -149,7 +149,7 @@ def test_two_recipes_on_two_boxes_share_tasks_and_equal_a_local_build(
     # the same recipes on this machine, without Ray: the same artifacts, byte for byte
     local = subprocess.run(
         [sys.executable, "-m", "edgekit", "build", "recipe.toml", "b.toml", "--boxes", "local", "--out", "local",
-         "--cache-dir", str(e2e_cache_root)],
+         "--cache-dir", str(stage_cache_root)],
         cwd=project, env=cluster.env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert local.returncode == 0, local.stderr[-3000:]

@@ -18,13 +18,13 @@ from edgekit.store.cache import StageCache
 TEXT = Path(__file__).resolve().parents[1] / "fixtures" / "scandal_in_bohemia.txt"
 
 
-def test_default_gates_are_decided_on_a_second_text(e2e_cache_root: Path, tmp_path: Path) -> None:
+def test_default_gates_are_decided_on_a_second_text(stage_cache_root: Path, tmp_path: Path) -> None:
     recipe = DEFAULT_RECIPE.read_text()
     recipe = recipe.replace('text = "pkg://edgekit/data/botchan.txt"', f'text = "{TEXT}"\nnoise_floor_dtype = "none"')
     recipe = recipe.replace("[bench]", "[bench]\nenabled = false")
     path = tmp_path / "recipe.toml"
     path.write_text(recipe)
-    result = build(load_recipe(path), cache=StageCache(e2e_cache_root), progress=SilentProgress(),
+    result = build(load_recipe(path), cache=StageCache(stage_cache_root), progress=SilentProgress(),
                    out_dir=tmp_path / "out")  # fmt: skip
     report = json.loads((result.bundle / "report.json").read_text())
     assert report["signoff"]["eval_data"]["sha256"] and report["reference"]["tokens"] == 8192

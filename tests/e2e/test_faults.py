@@ -1,6 +1,6 @@
 """Faults on real builds of a tiny model: SIGKILL at every stage, two builds at once, a full disk.
 
-The model is a 2-layer random Llama with SmolLM2's tokenizer, made in the test (tests/e2e/tiny_project.py),
+The model is a 2-layer random Llama with SmolLM2's tokenizer, made in the test (tests/support/tiny_project.py),
 so a whole build takes well under a minute. Each scenario has its own fresh stage cache; builds are real
 `python -m edgekit build` processes. `paused_edgekit.py STAGE FLAG build …` (the CLI with one seam patched)
 makes a build stop at the worst moment of a stage — its output complete in a temp folder, not yet renamed into the cache
@@ -18,23 +18,24 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import pytest
-from tiny_project import TINY_RECIPE, build_env, make_project
 
 from edgekit._util.hashing import sha256_file
 from edgekit.manifest import verify_bundle
 from edgekit.store.cache import ENTRY_FILE
+from tests.support import SUPPORT
+from tests.support.processes import wait_until
+from tests.support.tiny_project import TINY_RECIPE, build_env, make_project
 
 STAGES = ("fetch", "convert", "quantize", "reference", "validate")
 KILL_POINTS = ("fetch", "converter running", "convert", "quantize", "reference", "validate", "bundle")
 
 
-PAUSED = Path(__file__).resolve().parent / "paused_edgekit.py"
+PAUSED = SUPPORT / "paused_edgekit.py"
 
 
 def start_build(
@@ -55,17 +56,6 @@ def start_build(
 def finish(proc: subprocess.Popen[str], timeout: float = 900) -> tuple[int, str]:
     _, err = proc.communicate(timeout=timeout)
     return proc.returncode, err
-
-
-def wait_until(condition: object, proc: subprocess.Popen[str], what: str, timeout: float = 900) -> None:
-    deadline = time.time() + timeout
-    while not condition():  # type: ignore[operator]
-        if proc.poll() is not None:
-            raise AssertionError(f"the build ended (exit {proc.returncode}) before {what}:\n{proc.stderr.read()}")
-        if time.time() > deadline:
-            proc.kill()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def converter_children(proc: subprocess.Popen[str]) -> list[psutil.Process]:
@@ -336,12 +326,13 @@ def test_two_fresh_builds_give_identical_artifacts(resumed: Resumed, concurrent:
 
 
 def _run_cli_in_process(project: Path, cache: Path, llama_cpp_dir: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`edgekit build recipe.toml --out full` in this process (whose disk the test patched), on `cache`."""
     from edgekit.cli import main
 
-    for key, value in build_env(cache, llama_cpp_dir).items():
+    for key, value in {"EDGEKIT_LLAMA_CPP_DIR": str(llama_cpp_dir), "HF_HUB_OFFLINE": "1"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(project)
-    monkeypatch.setattr(sys, "argv", ["edgekit", "build", "recipe.toml", "--out", "full"])
+    monkeypatch.setattr(sys, "argv", ["edgekit", "build", "recipe.toml", "--out", "full", "--cache-dir", str(cache)])
     with pytest.raises(SystemExit) as exit_info:
         main()
     return int(exit_info.value.code)  # type: ignore[arg-type]

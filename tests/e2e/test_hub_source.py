@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_fixtures import publish_to_local_hub, save_tiny_llama
+
+from tests.support.hub_fixtures import publish_to_local_hub, save_tiny_llama
+from tests.support.stage_cache import cli_env
 
 REPO_ID = "edgekit-test/tiny-llama"
 
@@ -44,12 +46,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> tuple[P
 
 
 def edgekit(args: list[str], cwd: Path, hub_cache: Path, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        **__import__("os").environ,
-        "HF_HUB_CACHE": str(hub_cache),
-        "HF_HUB_OFFLINE": "1",
-        "EDGEKIT_CACHE": str(cache),
-    }
+    env = cli_env(cache, HF_HUB_CACHE=str(hub_cache), HF_HUB_OFFLINE="1")
     return subprocess.run([sys.executable, "-m", "edgekit", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 

@@ -9,18 +9,18 @@ passes (exit 1 through the CLI, naming the closest) and objective "fastest" with
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tiny_project import TINY_BENCH
 
 from edgekit.observe.progress import SilentProgress
 from edgekit.pipeline.build import BuildResult, build
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.stage_cache import cli_env
+from tests.support.tiny_project import TINY_BENCH
 
 VALIDATION = """
 [validation]
@@ -80,7 +80,7 @@ name = "tiny-levers"
 
 
 def _build(root: Path, tiny_model: Path, recipe: str, cache: Path) -> BuildResult:
-    from tiny_project import make_project
+    from tests.support.tiny_project import make_project
 
     project = make_project(root, tiny_model, recipe)
     return build(load_recipe(project / "recipe.toml"), cache=StageCache(cache), progress=SilentProgress(),
@@ -90,15 +90,15 @@ def _build(root: Path, tiny_model: Path, recipe: str, cache: Path) -> BuildResul
 @pytest.fixture(scope="module")
 def sharp_model(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> Path:
     """The tiny Llama with weights of std 0.3 (seed 0): distributions sharp enough for quantization to show."""
-    from hub_fixtures import save_tiny_llama
+    from tests.support.hub_fixtures import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("sharp") / "model", smollm2_gguf, initializer_range=0.3)
 
 
 @pytest.fixture(scope="module")
-def levers(tmp_path_factory: pytest.TempPathFactory, sharp_model: Path, e2e_cache_root: Path, llama_tools: Path
+def levers(tmp_path_factory: pytest.TempPathFactory, sharp_model: Path, stage_cache_root: Path, llama_tools: Path
            ) -> tuple[BuildResult, dict]:  # fmt: skip
-    result = _build(tmp_path_factory.mktemp("levers") / "project", sharp_model, LEVERS, e2e_cache_root)
+    result = _build(tmp_path_factory.mktemp("levers") / "project", sharp_model, LEVERS, stage_cache_root)
     return result, json.loads((result.bundle / "report.json").read_text())
 
 
@@ -173,9 +173,9 @@ def test_the_ladder_climbs_past_a_failing_candidate_and_stops(levers: tuple[Buil
 
 
 def test_a_ladder_where_nothing_passes_exits_1_naming_the_closest(
-    levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, e2e_cache_root: Path
+    levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, stage_cache_root: Path
 ) -> None:
-    from tiny_project import make_project
+    from tests.support.tiny_project import make_project
 
     recipe = (
         LEVERS.split("[[targets]]")[0]
@@ -192,7 +192,7 @@ enabled = false
 """
     )
     project = make_project(tmp_path / "project", sharp_model, recipe)
-    env = {**os.environ, "EDGEKIT_CACHE": str(e2e_cache_root), "HF_HUB_OFFLINE": "1"}  # its candidates are cached
+    env = cli_env(stage_cache_root, HF_HUB_OFFLINE="1")  # its candidates are cached
     proc = subprocess.run([sys.executable, "-m", "edgekit", "build", "recipe.toml"], cwd=project, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 1, proc.stderr
@@ -203,7 +203,7 @@ enabled = false
 
 
 def test_objective_fastest_benches_the_passing_candidates(
-    levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, e2e_cache_root: Path
+    levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, stage_cache_root: Path
 ) -> None:
     recipe = f"""
 [model]
@@ -218,7 +218,7 @@ objective = "fastest"
 [targets.gates]
 kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
 {GATES}{VALIDATION}{TINY_BENCH}"""
-    result = _build(tmp_path / "project", sharp_model, recipe, e2e_cache_root)
+    result = _build(tmp_path / "project", sharp_model, recipe, stage_cache_root)
     report = json.loads((result.bundle / "report.json").read_text())
     (ladder,) = report["ladders"]
     speeds = {c["label"]: c["decode_tok_s"] for c in ladder["candidates"]}
@@ -227,14 +227,14 @@ kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
     assert "decodes fastest" in ladder["reason"] and _artifact(report, "tiny-fast")["scheme"] == ladder["kept"]
 
 
-def test_plan_lists_every_candidate_of_the_ladder_in_order(levers: tuple[BuildResult, dict], e2e_cache_root: Path
+def test_plan_lists_every_candidate_of_the_ladder_in_order(levers: tuple[BuildResult, dict], stage_cache_root: Path
                                                           ) -> None:  # fmt: skip
     from edgekit.plan.describe import describe
     from edgekit.plan.make import make_plan
 
     project = levers[0].bundle.parent.parent
-    plan = make_plan(load_recipe(project / "recipe.toml"), cache_root=e2e_cache_root)
-    tasks = describe(plan, StageCache(e2e_cache_root))["tasks"]
+    plan = make_plan(load_recipe(project / "recipe.toml"), cache_root=stage_cache_root)
+    tasks = describe(plan, StageCache(stage_cache_root))["tasks"]
     rungs = [(t["ladder"]["candidate"], t["stage"]) for t in tasks if t.get("ladder", {}).get("target") == "tiny-auto"]
     # Q4_K_M's tasks are tiny-budget's (same keys: sensitivity never enters a quantize key), listed already
     # and Q8_0's quantize is the sensitivity base of tiny-levers (Q8_0, default options): listed already too
@@ -248,10 +248,9 @@ def test_a_pattern_matching_no_tensor_of_a_checkpoint_folder_is_refused_before_w
     sharp_model: Path, tmp_path: Path
 ) -> None:
     """The tensor names come from a dry run of llama.cpp's converter on the folder: nothing converted or written."""
-    from tiny_project import make_project
-
     from edgekit.errors import RecipeError
     from edgekit.plan.make import make_plan
+    from tests.support.tiny_project import make_project
 
     recipe = '[model]\nsource = "model"\n[[targets]]\nbackend = "gguf"\nscheme = "Q4_K_M"\n[targets.options]\n'
     recipe += 'tensor_overrides = [{ pattern = "attn_qq", type = "Q8_0" }]\n'

@@ -7,7 +7,6 @@ copy whose pickle would run a command if it were loaded the ordinary way.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -15,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from stage_runs import fetched
 
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.stage_cache import cli_env
+from tests.support.stage_runs import fetched
 
 RECIPE = """
 [model]
@@ -63,7 +63,7 @@ def pickle_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_model: Pat
 def build(project: Path, source: Path, allow: bool) -> subprocess.CompletedProcess[str]:
     project.mkdir(parents=True, exist_ok=True)
     (project / "r.toml").write_text(RECIPE.format(source=source, allow=str(allow).lower()))
-    env = {**os.environ, "EDGEKIT_CACHE": str(project / "cache"), "HF_HUB_OFFLINE": "1"}
+    env = cli_env(project / "cache", HF_HUB_OFFLINE="1")
     return subprocess.run(
         [sys.executable, "-m", "edgekit", "build", "r.toml"],
         cwd=project,

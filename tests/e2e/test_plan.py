@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from tiny_project import TINY_RECIPE, make_project
 
 from edgekit.cli.common import load_schema
 from edgekit.observe.progress import SilentProgress
@@ -17,16 +16,18 @@ from edgekit.plan.describe import describe
 from edgekit.plan.make import make_plan
 from edgekit.recipe.load import load_recipe
 from edgekit.store.cache import StageCache
+from tests.support.stage_cache import cli_env
+from tests.support.tiny_project import TINY_RECIPE, make_project
 
 TASK_KEYS = {"id", "stage", "key", "cached", "deps", "resources", "inputs"}
 
 
 def test_plan_of_the_default_recipe_lists_every_task_with_its_key_inputs_and_state(
-    default_build: BuildResult, e2e_cache_root: Path, tmp_path: Path
+    default_build: BuildResult, stage_cache_root: Path, tmp_path: Path
 ) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "edgekit", "plan", "--json", "--out", str(tmp_path)],
-        capture_output=True, text=True, env={**_env(e2e_cache_root)}, timeout=600,
+        capture_output=True, text=True, env=cli_env(stage_cache_root, HF_HUB_OFFLINE="1"), timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
@@ -49,18 +50,18 @@ def test_plan_of_the_default_recipe_lists_every_task_with_its_key_inputs_and_sta
     assert quantize["inputs"]["scheme"] == "Q4_K_M" and quantize["inputs"]["converted"] in keys
     human = subprocess.run(
         [sys.executable, "-m", "edgekit", "plan", "--out", str(tmp_path)],
-        capture_output=True, text=True, env=_env(e2e_cache_root), timeout=600,
+        capture_output=True, text=True, env=cli_env(stage_cache_root, HF_HUB_OFFLINE="1"), timeout=600,
     )  # fmt: skip
     assert human.returncode == 0 and "validate gguf-Q5_K_M" in human.stdout and "1 to run" in human.stdout
 
 
 def test_a_changed_target_reruns_only_the_tasks_whose_inputs_changed(
-    tiny_bundle: Path, tiny_model: Path, e2e_cache_root: Path, tmp_path: Path
+    tiny_bundle: Path, tiny_model: Path, stage_cache_root: Path, tmp_path: Path
 ) -> None:
     changed = TINY_RECIPE.replace('scheme = "Q8_0"', 'scheme = "F16"')
     project = make_project(tmp_path / "project", tiny_model, changed)
     recipe = load_recipe(project / "recipe.toml")
-    cache = StageCache(e2e_cache_root)
+    cache = StageCache(stage_cache_root)
     described = describe(make_plan(recipe, cache_root=cache.root, final=tmp_path / "dist" / "tiny"), cache)
     to_run = {t["id"] for t in described["tasks"] if not t["cached"]}
     assert to_run == {
@@ -74,9 +75,3 @@ def test_a_changed_target_reruns_only_the_tasks_whose_inputs_changed(
     reused = {e.stage for e in result.events if e.reused}
     assert ran == {"quantize gguf-F16", "validate gguf-F16", "smoke gguf-F16"}, result.events
     assert reused == {"fetch", "convert", "reference"}
-
-
-def _env(cache: Path) -> dict[str, str]:
-    import os
-
-    return {**os.environ, "EDGEKIT_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}

@@ -5,7 +5,6 @@ are never asserted, only that every figure is there (or its absence is said) and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from edgekit.runtime.bench.peer import find_tool
 from edgekit.runtime.bench.schema import schema_problems
 from edgekit.runtime.gguf_tensors import matmul_params_by_type
+from tests.support.stage_cache import cli_env
 
 RECIPE = """
 [model]
@@ -43,12 +43,12 @@ name = "synthetic-tiny"
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path) -> Path:
+def bundle(tmp_path_factory: pytest.TempPathFactory, stage_cache_root: Path) -> Path:
     project = tmp_path_factory.mktemp("probe")
     (project / "recipe.toml").write_text(RECIPE)
     proc = subprocess.run([sys.executable, "-m", "edgekit", "build", "recipe.toml", "--out", "dist"], cwd=project,
                           capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "EDGEKIT_CACHE": str(e2e_cache_root)})  # fmt: skip
+                          env=cli_env(stage_cache_root))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project / "dist" / "synthetic-tiny"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import resource
 import subprocess
@@ -20,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arch_zoo import make_model
-from hub_fixtures import save_random_llama
 
 from edgekit.errors import ExitCode
 from edgekit.observe.progress import SilentProgress
@@ -36,6 +33,9 @@ from edgekit.signoff.scoring import ARRAYS, evaluate, load_evaluation
 from edgekit.stages import fetch
 from edgekit.stages.reference import NOISE_FILE, load_reference
 from edgekit.store.cache import StageCache
+from tests.support.arch_zoo import make_model
+from tests.support.hub_fixtures import save_random_llama
+from tests.support.stage_cache import cli_env
 
 ROUND_OFF = 1e-6
 
@@ -47,9 +47,9 @@ def kld(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
 
 
 def test_streamed_reference_is_the_whole_models_on_the_default_windows(
-    default_build: BuildResult, e2e_cache_root: Path, tmp_path: Path
+    default_build: BuildResult, stage_cache: StageCache, tmp_path: Path
 ) -> None:
-    cache = StageCache(e2e_cache_root)
+    cache = stage_cache
     task = make_plan(load_recipe(DEFAULT_RECIPE), cache_root=cache.root, threads=2).reference
     assert task is not None and dataclasses.replace(task, memory="stream").key == task.key  # one entry serves both
     entry = cache.lookup("reference", task.key)
@@ -141,7 +141,7 @@ def _reference_under_limit(project: Path, mode: str, cache: Path, limit_bytes: i
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
 
-    env = {**os.environ, "EDGEKIT_CACHE": str(cache), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
+    env = cli_env(cache, COLUMNS="200", HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "edgekit", "reference", "recipe.toml", "--threads", "2"]
     return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, preexec_fn=limit)
 

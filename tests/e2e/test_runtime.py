@@ -11,7 +11,6 @@ import importlib
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from edgekit.manifest import verify_bundle
 from edgekit.pipeline.build import BuildResult
 from edgekit.runtime.bench.schema import schema_problems
 from edgekit.runtime.config import LOCAL_FILE, load_runtime_config
+from tests.support.stage_cache import linked_copy
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -54,12 +54,6 @@ def edgekit(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
     return subprocess.run(
         [sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
     )
-
-
-def linked_copy(bundle: Path, dest: Path) -> Path:
-    """A copy of the bundle made of hard links (fast, no extra disk): never write into its files in place."""
-    shutil.copytree(bundle, dest, copy_function=os.link)
-    return dest
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""The box side under attack and under load, on a real bundle of the tiny model (tests/e2e/tiny_project.py).
+"""The box side under attack and under load, on a real bundle of the tiny model (tests/support/tiny_project.py).
 
 * `run`, `serve` and `run.sh` refuse a tampered bundle before loading it: exit 4, naming the file.
 * `serve` on loopback: every malformed or oversize request is a 400 with a message; clients beyond the
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tiny_project import linked_copy
 
 from edgekit.manifest import verify_bundle
 from edgekit.runtime.config import LOCAL_FILE
+from tests.support.stage_cache import linked_copy
 
 BIN = Path(sys.executable).parent
 SLOTS, QUEUE, MAX_REQUEST_TOKENS = 2, 2, 256

@@ -30,14 +30,9 @@ from edgekit.cli.common import load_schema, schema_version
 from edgekit.manifest import verify_bundle
 from edgekit.pipeline.build import BuildResult
 from edgekit.ship.trust import TRUST_DIR_ENV
+from tests.support.stage_cache import linked_copy
 
 BIN = Path(sys.executable).parent
-
-
-def linked_copy(bundle: Path, dest: Path) -> Path:
-    """A copy made of hard links (no extra disk): replace a file before changing it, never write into it."""
-    shutil.copytree(bundle, dest, copy_function=os.link)
-    return dest
 
 
 @dataclass
@@ -66,8 +61,8 @@ def _build_release(release: int, out: Path, cache: Path) -> Path:
     from edgekit.cli import main
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EDGEKIT_CACHE", str(cache))
-        mp.setattr(sys, "argv", ["edgekit", "build", "--release", str(release), "--out", str(out)])
+        mp.setattr(sys, "argv", ["edgekit", "build", "--release", str(release), "--out", str(out), "--cache-dir",
+                                 str(cache)])  # fmt: skip
         try:
             main()
         except SystemExit as done:  # only on failure: a successful build returns
@@ -76,11 +71,11 @@ def _build_release(release: int, out: Path, cache: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shipped(default_build: BuildResult, tmp_path_factory: pytest.TempPathFactory, e2e_cache_root: Path) -> Shipped:
+def shipped(default_build: BuildResult, tmp_path_factory: pytest.TempPathFactory, stage_cache_root: Path) -> Shipped:
     root = tmp_path_factory.mktemp("ship")
     bundles = {
         "r0": linked_copy(default_build.bundle, root / "r0" / "smollm2-135m"),
-        "r1": _build_release(1, root / "r1", e2e_cache_root),
+        "r1": _build_release(1, root / "r1", stage_cache_root),
     }
     shipped = Shipped(root, {TRUST_DIR_ENV: str(root / "trusted-keys")}, bundles)
     shipped.step("keygen", "keygen", "--out", str(root / "keys"), "--name", "fleet")

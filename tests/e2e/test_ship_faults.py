@@ -1,4 +1,4 @@
-"""Installing on a box, under faults, with real bundles of the tiny model (tests/e2e/tiny_project.py).
+"""Installing on a box, under faults, with real bundles of the tiny model (tests/support/tiny_project.py).
 
 Releases 1, 2 and 9 of the tiny bundle are signed, packed and installed for real. `paused_install.py POINT
 FLAG install …` (the CLI with one seam patched) stops an install at a step and the test kills it there with
@@ -23,14 +23,15 @@ from typing import Any
 
 import psutil
 import pytest
-from cli_in_process import run_cli as cli
-from test_faults import wait_until
 
 from edgekit._util.fsutil import write_json_atomic
 from edgekit.manifest import verify_bundle
 from edgekit.ship.trust import TRUST_DIR_ENV
+from tests.support import SUPPORT
+from tests.support.cli_in_process import run_cli as cli
+from tests.support.processes import wait_until
 
-PAUSED = Path(__file__).resolve().parent / "paused_install.py"
+PAUSED = SUPPORT / "paused_install.py"
 KILL_POINTS = ("unpack", "verified", "smoke test running", "switched")
 
 

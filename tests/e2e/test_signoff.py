@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stage_runs import plan_of
-from tiny_project import TINY_RECIPE, build_env, make_project
 
 from edgekit.errors import ExitCode
 from edgekit.manifest import verify_bundle
@@ -23,6 +21,8 @@ from edgekit.runtime.loader import open_bundle
 from edgekit.signoff.metrics import compare
 from edgekit.stages.reference import load_reference
 from edgekit.store.cache import StageCache
+from tests.support.stage_runs import plan_of
+from tests.support.tiny_project import TINY_RECIPE, build_env, make_project
 
 
 def edgekit(project: Path, cache: Path, llama_cpp_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,10 +32,10 @@ def edgekit(project: Path, cache: Path, llama_cpp_dir: Path, *args: str) -> subp
 
 
 def test_validation_scores_the_logits_the_engine_computes_with_the_bundles_config(
-    tiny_bundle: Path, e2e_cache_root: Path
+    tiny_bundle: Path, stage_cache_root: Path
 ) -> None:
     project = tiny_bundle.parent.parent
-    cache = StageCache(e2e_cache_root)
+    cache = StageCache(stage_cache_root)
     plan = plan_of(load_recipe(project / "recipe.toml"), cache)
     validate = plan.bundle.targets[0].validate
     assert validate is not None and plan.reference is not None
@@ -65,11 +65,11 @@ def test_validation_scores_the_logits_the_engine_computes_with_the_bundles_confi
 
 
 def test_an_imported_reference_for_other_inputs_is_refused_naming_them(
-    tiny_model: Path, e2e_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
+    tiny_model: Path, stage_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "project", tiny_model)
     exported = tmp_path / "exported"
-    done = edgekit(project, e2e_cache_root, llama_cpp_dir, "reference", "recipe.toml", "--export", str(exported))
+    done = edgekit(project, stage_cache_root, llama_cpp_dir, "reference", "recipe.toml", "--export", str(exported))
     assert done.returncode == 0, done.stderr
     (entry,) = exported.iterdir()
     inputs = json.loads((entry / "entry.json").read_text())["inputs"]
@@ -105,11 +105,11 @@ calibration_tokens = 64
 
 
 def test_calibration_never_sees_the_scored_tokens(
-    tiny_model: Path, e2e_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
+    tiny_model: Path, stage_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
 ) -> None:
     recipe = TINY_RECIPE.replace("[validation]", DATA_AWARE + "\n[validation]")
     project = make_project(tmp_path / "project", tiny_model, recipe)
-    built = edgekit(project, e2e_cache_root, llama_cpp_dir, "build", "recipe.toml")
+    built = edgekit(project, stage_cache_root, llama_cpp_dir, "build", "recipe.toml")
     assert built.returncode == 0, built.stderr
     report = json.loads((project / "dist" / "tiny" / "report.json").read_text())
     s = report["signoff"]
@@ -123,7 +123,7 @@ def test_calibration_never_sees_the_scored_tokens(
 
     # Scoring more of the text than the calibration leaves free: refused before any work, with the numbers.
     (project / "recipe.toml").write_text(recipe.replace("max_tokens = 512", "max_tokens = 65536"))
-    refused = edgekit(project, e2e_cache_root, llama_cpp_dir, "build", "recipe.toml", "--out", str(tmp_path / "o"))
+    refused = edgekit(project, stage_cache_root, llama_cpp_dir, "build", "recipe.toml", "--out", str(tmp_path / "o"))
     assert refused.returncode == ExitCode.BAD_INPUT, refused.stderr
     assert "targets[1].options" in refused.stderr and "overlap by" in refused.stderr and "tokens 0–" in refused.stderr
     assert not (tmp_path / "o").exists()
@@ -132,20 +132,20 @@ def test_calibration_never_sees_the_scored_tokens(
     (project / "own.txt").write_text((Path(__file__).parents[1] / "fixtures" / "scandal_in_bohemia.txt").read_text())
     own = recipe.replace("max_tokens = 512", "max_tokens = 1024") + '\n[calibration]\ntext = "own.txt"\n'
     (project / "recipe.toml").write_text(own)
-    planned = edgekit(project, e2e_cache_root, llama_cpp_dir, "plan", "recipe.toml", "--json")
+    planned = edgekit(project, stage_cache_root, llama_cpp_dir, "plan", "recipe.toml", "--json")
     assert planned.returncode == 0, planned.stderr
     task = next(t for t in json.loads(planned.stdout)["tasks"] if t["id"] == "quantize openvino-INT4")
     assert task["inputs"]["calibration"]["range"][1] - task["inputs"]["calibration"]["range"][0] == 256
 
 
 def test_decide_evaluates_in_looks_and_records_them(
-    tiny_model: Path, e2e_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
+    tiny_model: Path, stage_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path
 ) -> None:
     # Gates no artifact can miss: decided at the first look.
     gates = "[targets.gates]\nkld_mean_max = 1000.0\nppl_ratio_max = 1000.0\ntop1_min = 0.0\n"
     recipe = TINY_RECIPE.replace("[validation]", f"{gates}\n[validation]\ndecide = true\nlooks = 8")
     project = make_project(tmp_path / "project", tiny_model, recipe)
-    built = edgekit(project, e2e_cache_root, llama_cpp_dir, "build", "recipe.toml")
+    built = edgekit(project, stage_cache_root, llama_cpp_dir, "build", "recipe.toml")
     assert built.returncode == 0, built.stderr
     report = json.loads((project / "dist" / "tiny" / "report.json").read_text())
     (artifact,) = report["artifacts"]
@@ -163,19 +163,19 @@ TWO_BACKENDS = TINY_RECIPE.replace("[validation]", '[[targets]]\nbackend = "open
 
 
 def test_a_flipped_byte_in_cached_artifacts_is_caught_rebuilt_and_the_bundle_verifies(
-    tiny_model: Path, e2e_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_model: Path, stage_cache_root: Path, llama_cpp_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = make_project(tmp_path / "project", tiny_model, TWO_BACKENDS)
-    first = edgekit(project, e2e_cache_root, llama_cpp_dir, "build", "recipe.toml", "--out", str(tmp_path / "a"))
+    first = edgekit(project, stage_cache_root, llama_cpp_dir, "build", "recipe.toml", "--out", str(tmp_path / "a"))
     assert first.returncode == 0, first.stderr
     good = {a["name"]: a["sha256"] for a in verify_bundle(tmp_path / "a" / "tiny")["artifacts"]}
 
     # A private cache holding copies (not links) of exactly this build's entries.
     private = tmp_path / "cache"
     monkeypatch.setenv("EDGEKIT_LLAMA_CPP_DIR", str(llama_cpp_dir))  # the converter the builds use: their keys
-    plan = plan_of(load_recipe(project / "recipe.toml"), StageCache(e2e_cache_root))
+    plan = plan_of(load_recipe(project / "recipe.toml"), StageCache(stage_cache_root))
     for task in plan.tasks:
-        shutil.copytree(e2e_cache_root / task.stage / task.key, private / task.stage / task.key)
+        shutil.copytree(stage_cache_root / task.stage / task.key, private / task.stage / task.key)
     damaged = {}
     for target in plan.bundle.targets:
         entry = private / "quantize" / target.quantize.key

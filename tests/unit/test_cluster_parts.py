@@ -163,9 +163,8 @@ def test_an_address_nobody_listens_at_fails_at_once(tmp_path: Path) -> None:
 
 
 def test_the_report_has_one_benchmark_table_per_box() -> None:
-    from test_report import sample_report
-
     from edgekit.report.render import render
+    from tests.support.sample_report import sample_report
 
     figures = {"gguf-Q4_K_M": {"decode_tok_s": 41.5, "ttft_ms": 80.0}}
     report = {**sample_report(), "benches": {"gw-b": {"artifacts": figures}, "gw-a": {"artifacts": figures}}}

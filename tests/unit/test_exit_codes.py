@@ -9,11 +9,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_helpers import edgekit, make_runnable_bundle
 
 from edgekit.cli.common import load_schema
 from edgekit.errors import ExitCode
 from edgekit.ship.keys import generate_keypair
+from tests.support.cli_in_process import edgekit
+from tests.support.fake_bundle import make_runnable_bundle
 
 COMMANDS = {
     "verify": [],

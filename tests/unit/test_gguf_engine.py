@@ -6,13 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _tiny_gguf import write_tiny_gguf
 
 from edgekit.backends.gguf.engine import GGUFEngine
 from edgekit.errors import UsageError
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.engines.prefix import Reuse, common_prefix
 from edgekit.runtime.engines.sampling import sample
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 @pytest.fixture(scope="module")

@@ -16,23 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from edgekit._util.hashing import file_records
 from edgekit.errors import IntegrityError
-from edgekit.manifest import SCHEMA_VERSION, verify_bundle
-
-
-def make_bundle(root: Path) -> Path:
-    (root / "models").mkdir(parents=True)
-    (root / "models" / "m.gguf").write_bytes(b"GGUF" + bytes(range(256)) * 4)
-    (root / "tokenizer").mkdir()
-    (root / "tokenizer" / "tokenizer.json").write_text('{"model": {}}\n')
-    (root / "runtime.toml").write_text("[runtime]\nartifact = 'm'\n")
-    write_manifest(root, file_records(root))
-    return root
-
-
-def write_manifest(root: Path, files: object) -> None:
-    (root / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "files": files, "artifacts": []}))
+from edgekit.manifest import verify_bundle
+from tests.support.fake_bundle import flip_byte, make_bundle, write_manifest
 
 
 def listed(root: Path) -> list[dict[str, object]]:
@@ -43,12 +29,6 @@ def forge(root: Path, rel: str, target: Path) -> None:
     """Add a record for `rel` whose size and hash are right for `target`: only the path is wrong."""
     data = target.read_bytes()
     write_manifest(root, [*listed(root), {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}])
-
-
-def flip_byte(path: Path, at: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[at] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def _secret(root: Path) -> Path:

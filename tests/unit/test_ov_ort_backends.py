@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from build_side import build_side
 
 from edgekit.backends.catalog import build_backend
 from edgekit.errors import MissingDependencyError, RecipeError
 from edgekit.recipe.load import parse_recipe
+from tests.support.build_side import build_side
 
 HEAD = """
 [model]

@@ -8,12 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stage_runs import fetched, plan_of, run_tasks
 
 from edgekit.errors import SourceError
 from edgekit.recipe.load import parse_recipe
 from edgekit.store.cache import StageCache
 from edgekit.store.records import Checkpoint
+from tests.support.stage_runs import fetched, plan_of, run_tasks
 
 COMMIT = "c0ffee" + "0" * 34
 FILES = {

@@ -52,7 +52,7 @@ def test_write_local_merges_keeps_other_keys_and_rolls_back_bad_values(tmp_path:
 
 
 def test_the_local_file_leaves_a_bundle_verifiable(tmp_path: Path) -> None:
-    from _tiny_gguf import write_tiny_bundle
+    from tests.support.tiny_gguf import write_tiny_bundle
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + bytes(64))

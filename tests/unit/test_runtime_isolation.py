@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from build_side import build_side
+from tests.support.build_side import build_side
 
 MODULES = [
     "edgekit.cli",

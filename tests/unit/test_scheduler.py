@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from _tiny_gguf import write_tiny_gguf
 
 from edgekit.backends.gguf.engine import GGUFEngine
 from edgekit.runtime.engines.base import Sampling
@@ -20,6 +19,7 @@ from edgekit.runtime.serve import scheduler as scheduler_module
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.serve.prefill_budget import PrefillBudget
 from edgekit.runtime.serve.scheduler import Request, Scheduler
+from tests.support.tiny_gguf import write_tiny_gguf
 
 CHUNK = 8
 

@@ -8,7 +8,8 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
-from _tiny_gguf import write_tiny_bundle, write_tiny_gguf
+
+from tests.support.tiny_gguf import write_tiny_bundle, write_tiny_gguf
 
 with warnings.catch_warnings():  # starlette's note that it prefers httpx2 over httpx for its test client
     warnings.simplefilter("ignore")

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_in_process import run_cli
-from test_integrity import make_bundle
 
 from edgekit.cli.common import load_schema
 from edgekit.manifest import SIGNATURE
@@ -27,6 +25,8 @@ from edgekit.ship.keys import generate_keypair
 from edgekit.ship.pack import pack_bundle
 from edgekit.ship.sign import sign_bundle
 from edgekit.ship.trust import TRUST_DIR_ENV
+from tests.support.cli_in_process import run_cli
+from tests.support.fake_bundle import make_bundle
 
 
 @pytest.fixture

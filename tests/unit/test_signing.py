@@ -12,10 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_in_process import run_cli
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from test_integrity import flip_byte, make_bundle, write_manifest
 
 from edgekit._util.hashing import file_records
 from edgekit.errors import IntegrityError, TrustError, TrustPolicyError, UsageError
@@ -23,6 +21,8 @@ from edgekit.manifest import SIGNATURE, verify_bundle
 from edgekit.ship.keys import generate_keypair
 from edgekit.ship.sign import sign_bundle, verify_signature
 from edgekit.ship.trust import TRUST_DIR_ENV, box_policy, check_bundle
+from tests.support.cli_in_process import run_cli
+from tests.support.fake_bundle import flip_byte, make_bundle, write_manifest
 
 
 def edgekit(*args: str) -> subprocess.CompletedProcess[str]:

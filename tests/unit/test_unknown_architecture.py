@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from _tiny_gguf import write_tiny_gguf
 
 from edgekit.errors import RecipeError
 from edgekit.plan.make import make_plan
 from edgekit.recipe.load import load_recipe
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 def _recipe(tmp_path: Path, targets: list[dict[str, object]], validation: bool = False) -> Path:

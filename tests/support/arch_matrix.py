@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arch_zoo import ARCHES
+from tests.support.arch_zoo import ARCHES
 
 FORMS = {
     "folder": "a Hugging Face folder",

@@ -8,7 +8,7 @@ architecture: tied embeddings and linear RoPE scaling (llama), attention biases 
 query scale and final-logit soft-capping (gemma3_text), fused projections (phi3) and a plain
 SentencePiece BPE Llama-family model (mistral).
 
-`make_model(arch, folder)` writes a Hugging Face folder; tests/e2e/hub_fixtures.py lays a folder out as a
+`make_model(arch, folder)` writes a Hugging Face folder; tests/support/hub_fixtures.py lays a folder out as a
 local Hub cache; `to_gguf(folder, out)` converts it with llama.cpp's own converter.
 """
 

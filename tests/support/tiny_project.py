@@ -6,9 +6,10 @@ minute, so fault, serve and tamper tests can build real bundles with `edgekit bu
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
+
+from tests.support.stage_cache import cli_env
 
 TINY_RECIPE = """
 [model]
@@ -56,17 +57,5 @@ def make_project(root: Path, model: Path, recipe: str = TINY_RECIPE) -> Path:
 
 
 def build_env(cache: Path, llama_cpp_dir: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "EDGEKIT_CACHE": str(cache),
-        "EDGEKIT_LLAMA_CPP_DIR": str(llama_cpp_dir),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
-    return env
-
-
-def linked_copy(bundle: Path, dest: Path) -> Path:
-    """A copy of a bundle made of hard links (fast): replace a file before changing it, never write into it."""
-    shutil.copytree(bundle, dest, copy_function=os.link)
-    return dest
+    """The environment of an `edgekit build` subprocess of a tiny project: its cache, the session's converter."""
+    return cli_env(cache, EDGEKIT_LLAMA_CPP_DIR=str(llama_cpp_dir), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")

@@ -1,6 +1,6 @@
 """`edgekit`, stopped at the worst moment of one stage, for the kill tests (tests/e2e/test_faults.py).
 
-    python tests/e2e/paused_edgekit.py STAGE FLAG_FILE build recipe.toml ...
+    python tests/support/paused_edgekit.py STAGE FLAG_FILE build recipe.toml ...
 
 STAGE is a stage whose output is complete in its temp folder but not yet renamed into the cache (fetch,
 convert, quantize, reference, validate, bench), or "bundle": the bundle complete beside dist/<name>/ but

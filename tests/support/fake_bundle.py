@@ -1,30 +1,32 @@
-"""Run `edgekit` in this process (its real entry point: one error table, exit codes) and make small bundles."""
+"""Small bundles whose model is a few bytes (nothing loads it), with their manifests: verify, inspect, the CLI."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 from pathlib import Path
 
 from edgekit._util.hashing import file_records
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 
 
-def edgekit(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
-    """`edgekit ARGS` as `main()` runs it: (exit code, stdout, stderr)."""
-    from edgekit.cli import cli
-    from edgekit.cli.errors import run_reporting_errors
+def make_bundle(root: Path) -> Path:
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "m.gguf").write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    (root / "tokenizer").mkdir()
+    (root / "tokenizer" / "tokenizer.json").write_text('{"model": {}}\n')
+    (root / "runtime.toml").write_text("[runtime]\nartifact = 'm'\n")
+    write_manifest(root, file_records(root))
+    return root
 
-    out, err = io.StringIO(), io.StringIO()
-    code: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(cwd or os.getcwd()):
-        try:
-            run_reporting_errors(lambda: cli.main(list(args), prog_name="edgekit", standalone_mode=False))
-        except SystemExit as exc:
-            code = exc.code
-    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+
+def write_manifest(root: Path, files: object) -> None:
+    (root / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "files": files, "artifacts": []}))
+
+
+def flip_byte(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
 
 
 def make_runnable_bundle(root: Path, tensor_types: object = None, metrics: object = None) -> Path:

@@ -1,6 +1,6 @@
 """`edgekit install`, stopped at one step, for the kill tests (tests/e2e/test_ship.py).
 
-    python tests/e2e/paused_install.py POINT FLAG_FILE install PACK --root ROOT --trusted-key KEY
+    python tests/support/paused_install.py POINT FLAG_FILE install PACK --root ROOT --trusted-key KEY
 
 POINT is where this process writes its pid to FLAG_FILE and waits to be killed:
     unpack     the first model file written into the new slot, the others not yet

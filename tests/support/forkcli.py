@@ -6,7 +6,7 @@ only the ~0.5 s of imports common to every run is paid once, in this parent. Not
 the environment at import time (huggingface_hub, transformers) is imported here, so each child
 sees its own HF_HUB_OFFLINE/HF_HUB_CACHE.
 
-Usage (from a test): `python tests/forkcli.py < cases.jsonl > results.jsonl`, one JSON object per
+Usage (from a test): `python tests/support/forkcli.py < cases.jsonl > results.jsonl`, one JSON object per
 line: {"name", "args", "cwd", "env", "stdout", "stderr"} in, {"name", "returncode"} out.
 """
 
