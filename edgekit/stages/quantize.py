@@ -10,9 +10,10 @@ from edgekit.registry import build_backend
 from edgekit.stages.context import StageContext
 from edgekit.store.cache import CacheEntry
 from edgekit.store.records import Artifact
+from edgekit.store.results import ImatrixResult, QuantizeResult
 
 
-def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: QuantizeTask, ctx: StageContext, out: Path) -> QuantizeResult:
     backend = build_backend(task.backend)
     options = backend.options_model.model_validate(task.options)
     converted = ctx.entry(task.converted).path
@@ -20,25 +21,26 @@ def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if task.imatrix is not None:  # only backends whose `levers()` ask for a matrix take it
         imatrix = ctx.entry(task.imatrix)
-        extra["imatrix"] = imatrix.path / imatrix.result["path"]
+        extra["imatrix"] = imatrix.path / ImatrixResult.of(imatrix).path
     relpath, details = backend.quantize(converted, task.scheme, options, out, ctx.env, ctx.progress, ids, **extra)
     if task.calibration is not None:  # which tokens of which text: the plan's record, disjoint from the scored ones
         details["calibration"] = {**(details.get("calibration") or {}), **task.calibration.record()}
     if task.imatrix is not None:  # the matrix read the calibration range: the sign-off lists it like any other
         details["calibration"] = task.imatrix.calibration.record()
-        recorded = {k: v for k, v in ctx.entry(task.imatrix).result.items() if k != "path"}
+        recorded = ImatrixResult.of(ctx.entry(task.imatrix)).record()
         details["imatrix"] = {**recorded, "cache_key": task.imatrix.key, "written": details.get("imatrix", {})}
-    return {"path": relpath, "details": details}
+    return QuantizeResult(relpath, details)
 
 
 def artifact(task: QuantizeTask, entry: CacheEntry) -> Artifact:
     """The artifact a finished quantize entry holds."""
+    result = QuantizeResult.of(entry)
     return Artifact(
         name=task.name,
         backend=task.backend,
         scheme=task.scheme,
-        path=entry.path / entry.result["path"],
+        path=entry.path / result.path,
         key=entry.key,
-        details=entry.result["details"],
+        details=result.details,
         recorded={f["path"]: f["sha256"] for f in entry.files},  # relative to the entry folder
     )
