@@ -1,20 +1,20 @@
-"""Typed errors. Each one says what went wrong and what to do about it.
+"""Typed errors. Each one says what went wrong and what to do about it, and carries the data it names.
 
-The CLI turns any `EdgekitError` into one message and the exit code the class declares;
-anything else is a bug and is shown as such (with the traceback under `--debug`).
+A leaf: nothing here imports the rest of edgekit. A hint that names a command (`edgekit reference --export`,
+`edgekit toolchain --tools`) is the command line's to write: its error table (`edgekit.cli.errors`) turns each
+error into one message, that hint and the exit code the class declares; anything else is a bug and is shown
+as such (with the traceback under `--debug`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from edgekit.reference.memory import MemoryPlan
+from typing import Self
 
 
-class ExitCode:
+class ExitCode(IntEnum):
     OK = 0
     GATE_FAILED = 1  # the build finished, but a required artifact failed its accuracy gate
     BAD_INPUT = 2  # recipe, arguments or source model are wrong; nothing was written
@@ -25,9 +25,10 @@ class ExitCode:
 
 
 class EdgekitError(Exception):
-    """Base class. `message` says what happened, `hint` says what to do."""
+    """Base class. `message` says what happened, `hint` says what to do (in words: see the module's docstring)."""
 
-    exit_code: int = ExitCode.RUNTIME
+    exit_code: ExitCode = ExitCode.RUNTIME
+    logs: Path | None = None  # where the logs of the stage that failed are kept (`edgekit.observe.stagelog.keep`)
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -35,7 +36,16 @@ class EdgekitError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return self.message if not self.hint else f"{self.message}\n  → {self.hint}"
+        hint = "; ".join(h for h in (self.hint, f"logs: {self.logs}" if self.logs else None) if h)
+        return f"{self.message}\n  → {hint}" if hint else self.message
+
+    def reworded(self, message: str) -> Self:
+        """The same error (its class, its data, its hint) saying `message`: for a caller that can say better
+        what failed (the pack, not the temp folder it was unpacked into)."""
+        new = type(self).__new__(type(self))  # not through __init__: each class takes its own data
+        new.__dict__.update(self.__dict__)
+        new.message, new.args = message, (message,)
+        return new
 
 
 @dataclass(frozen=True)
@@ -51,8 +61,7 @@ class RecipeError(EdgekitError):
     exit_code = ExitCode.BAD_INPUT
 
     def __init__(self, path: Path | str, problems: list[RecipeProblem]) -> None:
-        self.path = str(path)
-        self.problems = problems
+        self.path, self.problems = str(path), problems
         lines = [f"{self.path}: invalid recipe ({len(problems)} problem{'s' if len(problems) != 1 else ''})"]
         for p in problems:
             line = f"  {p.key}: {p.problem}" if p.key else f"  {p.problem}"
@@ -63,7 +72,7 @@ class RecipeError(EdgekitError):
 
 
 class UsageError(EdgekitError):
-    exit_code = ExitCode.BAD_INPUT
+    exit_code = ExitCode.BAD_INPUT  # a bad argument
 
 
 class SourceError(EdgekitError):
@@ -75,9 +84,8 @@ class SourceError(EdgekitError):
 class SourceTokenizerError(SourceError):
     """The Hugging Face tokenizer of a GGUF source cuts text differently from the GGUF's own (llama.cpp's)."""
 
-    def __init__(
-        self, source: str, tokenizer: str | None, position: int, expected: list[int], got: list[int], compared: int
-    ) -> None:
+    def __init__(self, source: str, tokenizer: str | None, position: int, expected: list[int], got: list[int],
+                 compared: int) -> None:  # fmt: skip
         self.position = position
         which = f"the tokenizer from {tokenizer}" if tokenizer else "the tokenizer rebuilt from its metadata"
         super().__init__(
@@ -93,16 +101,29 @@ class ReferenceMismatchError(UsageError):
     """An imported reference was computed from other inputs than the recipe plans (`build --reference DIR`)."""
 
     def __init__(self, source: Path, differences: list[tuple[str, str, str]]) -> None:
-        self.source = source
-        self.differences = differences
+        self.source, self.differences = source, differences
         names = ", ".join(name for name, _, _ in differences)
         detail = "; ".join(f"{name}: imported {old}, this recipe {new}" for name, old, new in differences)
-        super().__init__(
-            f"the reference in {source} was computed from other inputs than this recipe's: {names} "
-            f"differ{'s' if len(differences) == 1 else ''} ({detail})",
-            "export it again from this recipe (`edgekit reference RECIPE --export DIR` where it can run), or make "
-            "the recipe match the one it was computed for; nothing was built",
-        )
+        super().__init__(f"the reference in {source} was computed from other inputs than this recipe's: {names} "
+                         f"differ{'s' if len(differences) == 1 else ''} ({detail})", "export it again from this "
+                         "recipe where it can run, or make the recipe match the one it was computed for; nothing was "
+                         "built")  # fmt: skip
+
+
+class ReferenceExportError(UsageError):
+    """A folder given as an exported reference (`build --reference DIR`) that is not one, or is damaged."""
+
+    def __init__(self, source: Path, problem: str) -> None:
+        self.source, self.problem = source, problem
+        super().__init__(f"{source}: {problem}", "copy it again, or export it again where it was computed")
+
+
+class NoCudaDevice(UsageError):
+    """`reference_device = "cuda"` on a machine without a CUDA device."""
+
+    def __init__(self) -> None:
+        super().__init__("[validation] reference_device = 'cuda' but no CUDA device is available", "use 'auto' to "
+                         "fall back to the CPU, or compute the reference on a GPU box and copy it")  # fmt: skip
 
 
 class MissingDependencyError(EdgekitError):
@@ -110,14 +131,20 @@ class MissingDependencyError(EdgekitError):
 
     def __init__(self, what: str, extra: str) -> None:
         self.extra = extra
-        super().__init__(
-            f"{what} is not installed",
-            f"pip install 'edgekit[{extra}]'",
-        )
+        super().__init__(f"{what} is not installed", f"pip install 'edgekit[{extra}]'")
 
 
 class ToolchainError(EdgekitError):
     exit_code = ExitCode.ENVIRONMENT
+
+
+class ToolsNotBuilt(ToolchainError):
+    """A llama.cpp tool (llama-bench, llama-imatrix…) that edgekit compiles once is not built for this version."""
+
+    def __init__(self, tool: str, version: str, folder: Path, flag: str) -> None:
+        self.tool, self.version, self.folder, self.flag = tool, version, folder, flag  # flag: of `edgekit toolchain`
+        super().__init__(f"llama.cpp's {tool} is not built for llama-cpp-python {version} (looked in {folder})",
+                         "compile llama.cpp's tools once from the source package of the installed version")  # fmt: skip
 
 
 class DiskSpaceError(EdgekitError):
@@ -125,38 +152,37 @@ class DiskSpaceError(EdgekitError):
 
     def __init__(self, path: Path, needed: int, free: int, hint: str | None = None) -> None:
         self.path, self.needed, self.free = path, needed, free
-        super().__init__(
-            f"not enough disk space in {path}: need {needed / 2**20:,.0f} MiB, {free / 2**20:,.0f} MiB free",
-            hint
-            or "free some space or point EDGEKIT_CACHE / the output directory at a larger disk; nothing was written",
-        )
+        super().__init__(f"not enough disk space in {path}: need {needed / 2**20:,.0f} MiB, {free / 2**20:,.0f} MiB "
+                         "free", hint or "free some space or point EDGEKIT_CACHE / the output directory at a larger "
+                         "disk; nothing was written")  # fmt: skip
 
 
 class ReferenceMemoryError(EdgekitError):
-    """The reference would need more memory than this process may allocate: stopped before it starts."""
+    """The reference would need more memory than this process may allocate: stopped before it starts.
+
+    `mode` is the one chosen ("full": the whole model, "stream": one layer at a time); the sizes are bytes."""
 
     exit_code = ExitCode.ENVIRONMENT
 
-    def __init__(self, plan: MemoryPlan, reason: str | None = None, can_stream: bool = True) -> None:
-        self.plan = plan
+    def __init__(self, mode: str, full: int, stream: int, available: int, limited_by: str, *,
+                 reason: str | None = None, can_stream: bool = True) -> None:  # fmt: skip
+        self.mode, self.full, self.stream, self.available, self.limited_by = mode, full, stream, available, limited_by
         gib = 2**30
-        whole, stream = plan.full_bytes / gib, plan.stream_bytes / gib
-        needs = whole if plan.mode == "full" else stream
-        how = "the whole model" if plan.mode == "full" else "one layer at a time"
+        needs = (full if mode == "full" else stream) / gib
+        how = "the whole model" if mode == "full" else "one layer at a time"
         message = reason or (
             f"not enough memory for the reference ({how}): it needs about {needs:.1f} GiB, and "
-            f"{plan.available.bytes / gib:.1f} GiB can be allocated ({plan.available.limited_by}); "
-            f"whole model {whole:.1f} GiB, streamed {stream:.1f} GiB"
+            f"{available / gib:.1f} GiB can be allocated ({limited_by}); "
+            f"whole model {full / gib:.1f} GiB, streamed {stream / gib:.1f} GiB"
         )
-        ways = []
-        if can_stream and plan.mode == "full" and plan.stream_bytes <= plan.available.bytes and reason is None:
-            ways.append('set [validation] reference_memory = "stream" (one decoder layer at a time, same figures)')
-        ways += [
-            "compute it where memory or a GPU is: `edgekit reference RECIPE --export DIR` there (reference_device = "
-            '"cuda" on a GPU box), then `edgekit build RECIPE --reference DIR` here',
-            "or free memory / raise the limit",
-        ]
-        super().__init__(message, "; ".join(ways))
+        # streaming would fit where the whole model does not
+        self.stream_fits = can_stream and mode == "full" and stream <= available and reason is None
+        super().__init__(message, self.ways("compute it where memory or a GPU is, and import it here"))
+
+    def ways(self, elsewhere: str) -> str:
+        """What to do, with `elsewhere` saying how to compute the reference on another machine."""
+        stream = 'set [validation] reference_memory = "stream" (one decoder layer at a time, same figures)'
+        return "; ".join([stream] * self.stream_fits + [elsewhere, "or free memory / raise the limit"])
 
 
 class StageError(EdgekitError):
@@ -172,13 +198,10 @@ class StageError(EdgekitError):
 class TokenizerMismatchError(StageError):
     def __init__(self, backend: str, position: int, expected: list[int], got: list[int]) -> None:
         self.position = position
-        super().__init__(
-            "validate",
-            f"{backend} tokenizes the eval text differently from the reference tokenizer: first difference at "
-            f"token {position} (reference {expected}, {backend} {got})",
-            "the artifact's tokenizer does not match the source model; a comparison would be meaningless. "
-            "Check the converter version and the tokenizer files of the source",
-        )
+        super().__init__("validate", f"{backend} tokenizes the eval text differently from the reference tokenizer: "
+                         f"first difference at token {position} (reference {expected}, {backend} {got})",
+                         "the artifact's tokenizer does not match the source model; a comparison would be "
+                         "meaningless. Check the converter version and the tokenizer files of the source")  # fmt: skip
 
 
 class GateFailure(EdgekitError):
@@ -189,11 +212,9 @@ class GateFailure(EdgekitError):
     def __init__(self, failed: list[str], bundle: Path | None, notes: list[str] | None = None) -> None:
         self.failed = failed
         where = f" (bundle with the report: {bundle})" if bundle else ""
-        super().__init__(
-            f"accuracy gate failed for {', '.join(failed)}{where}" + "".join(f"\n  {n}" for n in notes or []),
-            "read report.md for the failing metrics; choose a higher-precision scheme, relax "
-            "[validation.gates] with reason, or set [bundle] exclude_failed = true",
-        )
+        super().__init__(f"accuracy gate failed for {', '.join(failed)}{where}" + "".join(f"\n  {n}" for n in notes or
+                         []), "read report.md for the failing metrics; choose a higher-precision scheme, relax "
+                         "[validation.gates] with reason, or set [bundle] exclude_failed = true")  # fmt: skip
 
 
 class IntegrityError(EdgekitError):
@@ -203,10 +224,19 @@ class IntegrityError(EdgekitError):
         self.bundle, self.problems = bundle, problems
         shown = "\n".join(f"  {p}" for p in problems[:20])
         more = f"\n  … and {len(problems) - 20} more" if len(problems) > 20 else ""
-        super().__init__(
-            f"bundle {bundle} does not match its manifest:\n{shown}{more}",
-            "the bundle was modified or damaged; rebuild it or copy it again from a trusted source",
-        )
+        super().__init__(f"bundle {bundle} does not match its manifest:\n{shown}{more}", "the bundle was modified "
+                         "or damaged; rebuild it or copy it again from a trusted source")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DamagedFile:
+    """A file of a cached artifact whose bytes are not the ones its entry recorded."""
+
+    artifact: str  # the artifact's name in the bundle
+    key: str  # its cache entry
+    file: str  # relative to the entry folder's parent: "<key>/model.gguf"
+    recorded_sha256: str
+    found_sha256: str
 
 
 class CorruptCacheEntry(EdgekitError):
@@ -214,25 +244,21 @@ class CorruptCacheEntry(EdgekitError):
 
     exit_code = ExitCode.INTEGRITY
 
-    def __init__(self, damaged: list[dict[str, str]]) -> None:
-        self.damaged = damaged  # {artifact, key, file, recorded_sha256, found_sha256}
-        listed = "; ".join(f"{d['artifact']}: {d['file']}" for d in damaged[:10])
-        super().__init__(
-            f"cached artifacts differ from the sha256 recorded when they were made ({listed}), again after "
-            "rebuilding them",
-            "the disk under EDGEKIT_CACHE is corrupting files: check it (SMART, dmesg), or move the cache elsewhere",
-        )
+    def __init__(self, damaged: list[DamagedFile]) -> None:
+        self.damaged = damaged
+        listed = "; ".join(f"{d.artifact}: {d.file}" for d in damaged[:10])
+        super().__init__(f"cached artifacts differ from the sha256 recorded when they were made ({listed}), again "
+                         "after rebuilding them", "the disk under EDGEKIT_CACHE is corrupting files: check it (SMART, "
+                         "dmesg), or move the cache elsewhere")  # fmt: skip
 
 
 class NotABundleError(UsageError):
     """The path given as a bundle is not one (nothing there, not a folder, no manifest.json): a bad argument."""
 
     def __init__(self, path: Path, why: str = "no manifest.json") -> None:
-        self.path = path
-        super().__init__(
-            f"no edgekit bundle at {path} ({why})",
-            "give the folder `edgekit build` wrote (dist/<name>/ by default), the one holding manifest.json",
-        )
+        self.path, self.why = path, why
+        super().__init__(f"no edgekit bundle at {path} ({why})", "give the folder a build wrote, the one holding "
+                         "manifest.json (dist/<name>/ by default)")  # fmt: skip
 
 
 class SignatureError(EdgekitError):
@@ -259,6 +285,33 @@ class TrustError(SignatureError):
     """A bundle the box's trust policy refuses: unsigned, signed by a key it does not trust, or not what was signed."""
 
 
+class UnsignedBundle(TrustError):
+    """A bundle without a signature: a box installs only bundles signed by a key it trusts."""
+
+    def __init__(self, bundle: Path, why: str) -> None:
+        self.bundle = bundle
+        super().__init__(f"{bundle} is not signed ({why})", "sign it on the build machine")
+
+
+class NotASignature(TrustError):
+    """A signature file that is not a readable OpenSSF model signature (or one of edgekit 0.1's)."""
+
+    def __init__(self, signature: Path, why: str) -> None:
+        self.signature, self.why = signature, why
+        super().__init__(f"{signature} is not a readable OpenSSF model signature ({why})",
+                         "sign the bundle again (signatures of edgekit 0.1, manifest.sig, are not read)")  # fmt: skip
+
+
+class NotAKey(UsageError):
+    """A key file that is not an ECDSA key in PEM format, of the kind (private, public) asked for."""
+
+    def __init__(self, path: Path, kind: str, why: str) -> None:
+        self.path, self.kind, self.why = path, kind, why
+        super().__init__(f"{path} is not an ECDSA (P-256, P-384 or P-521) {kind} key in PEM format ({why})", "make a "
+                         "key pair (the private key stays on the build machine, the public one goes to the boxes); "
+                         "keys of edgekit 0.1 (Ed25519) are not supported by OpenSSF model signing")  # fmt: skip
+
+
 class TrustPolicyError(EdgekitError):
     """The box's trust policy itself cannot be read (a missing folder named by EDGEKIT_TRUST_DIR, a bad key file)."""
 
@@ -272,10 +325,8 @@ class PackError(EdgekitError):
 
     def __init__(self, pack: str, problem: str) -> None:
         self.pack, self.problem = pack, problem
-        super().__init__(
-            f"pack {pack}: {problem}; nothing was installed",
-            "copy the pack again from the build machine (compare its sha256 with what `edgekit pack` printed)",
-        )
+        super().__init__(f"pack {pack}: {problem}; nothing was installed", "copy the pack again from the build "
+                         "machine (compare its sha256 with the one printed when it was packed)")  # fmt: skip
 
 
 class DiskFullError(EdgekitError):
@@ -285,7 +336,16 @@ class DiskFullError(EdgekitError):
 
 
 class DowngradeError(EdgekitError):
+    """A pack whose release is not higher than the one the box runs (older, or the same with other content)."""
+
     exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, name: str, release: int, running: int, running_name: str) -> None:
+        self.name, self.release, self.running, self.running_name = name, release, running, running_name
+        older = f"{name} release {release} is older than release {running}, which this box runs: a downgrade"
+        same = f"release {release} is already installed here with other content ({running_name}): a new build needs"
+        super().__init__(older if release < running else f"{same} a higher release", "install it anyway only if you "
+                         "mean to (allow the downgrade)")  # fmt: skip
 
 
 class SmokeTestError(EdgekitError):
@@ -300,17 +360,37 @@ class InstallError(EdgekitError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class NotAnInstallRoot(InstallError):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        super().__init__(f"{root} is not an edgekit install root (it has no slots/)", "install a pack there first")
+
+
+class NothingToRollBack(InstallError):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        super().__init__(f"nothing to roll back to on {root}: no previous slot is kept",
+                         "install the release you want (allowing a downgrade for an older one)")  # fmt: skip
+
+
+class PackUnsigned(UsageError):
+    """`pack` of a bundle that is not signed yet: the boxes would refuse it."""
+
+    def __init__(self, bundle: Path) -> None:
+        self.bundle = bundle
+        super().__init__(f"{bundle} is not signed: a box installs only bundles signed by a key it trusts",
+                         "sign it first")  # fmt: skip
+
+
 class BoxesMissing(UsageError):
     """A recipe (or --boxes) names a box to benchmark on that no node of the cluster offers."""
 
     def __init__(self, missing: list[str], offered: list[str]) -> None:
         self.missing, self.offered = missing, offered
         have = ", ".join(offered) if offered else "none"
-        super().__init__(
-            f"no node offers the box{'es' if len(missing) > 1 else ''} {', '.join(missing)} (boxes offered: {have})",
-            "start `edgekit agent --box NAME --address HEAD` on that box, or choose others with --boxes "
-            "(--boxes local benchmarks on the build machine)",
-        )
+        super().__init__(f"no node offers the box{'es' if len(missing) > 1 else ''} {', '.join(missing)} (boxes "
+                         f"offered: {have})", "start an agent on that box that joins the cluster, or choose other "
+                         "boxes (local: the build machine)")  # fmt: skip
 
 
 class ClusterError(EdgekitError):

@@ -168,13 +168,13 @@ def reference(
 ) -> None:
     """Compute (or reuse) the reference for RECIPE, e.g. on a GPU box, and optionally export it."""
     from edgekit.errors import UsageError
-    from edgekit.executors.base import Tools
+    from edgekit.executors.base import Workspace
     from edgekit.executors.local import LocalExecutor
     from edgekit.pipeline.build import build_log, warn_notices
     from edgekit.plan.make import make_plan
     from edgekit.recipe.load import load_recipe
-    from edgekit.stages.reference import load_reference
     from edgekit.stages.reference_transfer import export_reference
+    from edgekit.store.results import ReferenceResult
 
     loaded = load_recipe(recipe_path(recipe))
     cache = open_cache(cache_dir)
@@ -183,9 +183,8 @@ def reference(
         warn_notices(progress, "plan", log)
         if planned.reference is None:
             raise UsageError("this recipe has [validation] enabled = false: there is no reference to compute")
-        tools = Tools(cache, planned.bundle.threads, planned.llama_cpp_dir)
-        entry = LocalExecutor(tools, progress).run([planned.reference])[planned.reference.key]
-        meta = load_reference(planned.reference, entry).meta
+        entry = LocalExecutor(Workspace(cache, planned.env), progress).run([planned.reference])[planned.reference.key]
+        meta = ReferenceResult.of(entry)
     target = export_reference(entry, Path(export_dir)) if export_dir else None
     if as_json:
         keys = ("device", "dtype", "device_name", "scored_tokens")
@@ -195,16 +194,16 @@ def reference(
                 "key": entry.key,
                 "reused": entry.reused,
                 "seconds": entry.meta.get("seconds"),
-                **{k: meta.get(k) for k in keys},
+                **{k: getattr(meta, k) for k in keys},
                 "exported_to": str(target) if target else None,
             },
         )
         return
-    streamed = (meta.get("memory") or {}).get("mode") == "stream"
+    streamed = meta.memory.get("mode") == "stream"
     took = f"computed in {entry.meta.get('seconds', 0):.1f} s" + (", one decoder layer at a time" if streamed else "")
     console.print(
-        f"reference {entry.key[:16]}: torch {meta['device']} {meta['dtype']} ({meta['device_name']}), "
-        f"{meta['scored_tokens']} scored tokens, " + (f"reused from the cache ({took})" if entry.reused else took)
+        f"reference {entry.key[:16]}: torch {meta.device} {meta.dtype} ({meta.device_name}), "
+        f"{meta.scored_tokens} scored tokens, " + (f"reused from the cache ({took})" if entry.reused else took)
     )
     if target is not None:
         console.print(f"exported to {target}; on the build box: edgekit build RECIPE --reference {target}")

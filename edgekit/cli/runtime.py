@@ -165,7 +165,7 @@ def bench(
     }
     with steps("bench") as step:
         result = bench_bundle(Path(bundle), artifacts=list(artifacts) or None, overrides=overrides, log=step,
-                              trusted_keys=trusted_keys)  # fmt: skip
+                              trusted_keys=trusted_keys).to_json()  # fmt: skip
     if out:
         write_json_atomic(Path(out), result)
     if as_json:

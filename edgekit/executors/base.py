@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from edgekit.backends.base import BuildEnv
 from edgekit.observe import stagelog
 from edgekit.observe.progress import Progress
-from edgekit.plan.tasks import Task
+from edgekit.plan.task_base import Stage, Task
 from edgekit.stages import runner
 from edgekit.stages.context import StageContext
 from edgekit.store.cache import CacheEntry, StageCache
@@ -22,7 +23,7 @@ from edgekit.store.cache import CacheEntry, StageCache
 
 @dataclass(frozen=True)
 class TaskEvent:
-    stage: str
+    stage: Stage
     key: str
     label: str
     reused: bool
@@ -38,30 +39,35 @@ class Executor(Protocol):
 
 
 @dataclass(frozen=True)
-class Tools:
-    """Where a stage finds what it needs besides its task: the cache, tools, threads, progress."""
+class Workspace:
+    """What an executor runs tasks with: the stage cache, and the environment every stage (and backend) is given.
+
+    `env.cache_root` is the cache's root: tools are cached beside the stage entries."""
 
     cache: StageCache
-    threads: int
-    llama_cpp_dir: str | None = None
+    env: BuildEnv
+
+    @property
+    def threads(self) -> int:
+        return self.env.threads or 1
 
 
 STAGE_LOG = "stage.log"  # in every entry: what other libraries printed while the stage ran (edgekit.observe.stagelog)
 FAILED_LOGS = "logs"  # under the cache root: the logs of a stage that failed (its entry folder is removed)
 
 
-def execute(task: Task, records: Mapping[str, CacheEntry], tools: Tools, progress: Progress) -> CacheEntry:
+def execute(task: Task, records: Mapping[str, CacheEntry], space: Workspace, progress: Progress) -> CacheEntry:
     """The task's cache entry: found, or produced now by its stage function, its output in its log."""
-    context = StageContext(tools.cache.root, progress, tools.threads, tools.llama_cpp_dir, records)
+    context = StageContext(space.env, progress, records)
     stage = runner(task.stage)
 
-    def produce(out: Path) -> dict[str, Any] | None:
+    def produce(out: Path) -> dict[str, Any]:
         progress.stage_started(task.label)
         with stagelog.capture(out / STAGE_LOG) as log:
             try:
-                result = stage(task, context, out)
+                result = stage(task, context, out).to_json()
             except BaseException as exc:
-                kept = tools.cache.root / FAILED_LOGS / f"{task.stage}-{task.key[:16]}"
+                kept = space.cache.root / FAILED_LOGS / f"{task.stage}-{task.key[:16]}"
                 stagelog.keep(exc, kept, {p.name: p for p in sorted(out.glob("*.log"))}, was=out)
                 raise
         for notice in log.notices:
@@ -69,7 +75,7 @@ def execute(task: Task, records: Mapping[str, CacheEntry], tools: Tools, progres
         return result
 
     started = time.perf_counter()
-    entry = tools.cache.get_or_produce(task.stage, task.key, task.inputs(), produce)
+    entry = space.cache.get_or_produce(task.stage, task.key, task.inputs(), produce)
     made = entry.meta.get("seconds") if entry.reused else None
     progress.stage_finished(task.label, time.perf_counter() - started, reused=entry.reused, made_seconds=made)
     return entry

@@ -22,11 +22,11 @@ from functools import cached_property
 from typing import Any
 
 from edgekit.errors import ClusterError, StageError
-from edgekit.executors.base import TaskEvent, Tools, execute
+from edgekit.executors.base import TaskEvent, Workspace, execute
 from edgekit.observe.progress import Progress
 from edgekit.plan.boxes import Box
 from edgekit.plan.make import dependency_order
-from edgekit.plan.tasks import Task
+from edgekit.plan.task_base import Stage, Task
 from edgekit.runtime.box import BOX_RESOURCE, LABEL_PREFIX
 from edgekit.store.cache import CacheEntry
 
@@ -96,8 +96,8 @@ class RayCluster:
                     found[name] = Box(name, labels)
         return found
 
-    def executor(self, tools: Tools, progress: Progress) -> RayExecutor:
-        return RayExecutor(tools, progress, self.nodes, here=self.here)
+    def executor(self, space: Workspace, progress: Progress) -> RayExecutor:
+        return RayExecutor(space, progress, self.nodes, here=self.here)
 
     def here(self) -> Any:
         """A placement on the node this build runs on (a Ray Client build: the head)."""
@@ -169,14 +169,14 @@ class _ForwardingProgress:
         """The driver shows the task done when Ray returns its entry."""
 
 
-def _run_on_worker(task: Task, tools: Tools, events: Any, *upstream: CacheEntry) -> tuple[CacheEntry, float]:
+def _run_on_worker(task: Task, space: Workspace, events: Any, *upstream: CacheEntry) -> tuple[CacheEntry, float]:
     """In a Ray worker: say where this attempt runs, then run the task against the shared cache."""
     ray = _ray()
     where = f"{socket.gethostname()} ({ray.util.get_node_ip_address()}) pid {os.getpid()}"
     with contextlib.suppress(ray.exceptions.RayError):  # progress only: never a reason to fail the task
         ray.get(events.add.remote("started", task.key, where))  # delivered before any work: a retry is seen
     started = time.perf_counter()
-    entry = execute(task, {e.key: e for e in upstream}, tools, _ForwardingProgress(events, task.key))
+    entry = execute(task, {e.key: e for e in upstream}, space, _ForwardingProgress(events, task.key))
     return entry, time.perf_counter() - started
 
 
@@ -185,12 +185,12 @@ class RayExecutor:
 
     def __init__(
         self,
-        tools: Tools,
+        space: Workspace,
         progress: Progress,
         nodes: Callable[[], Sequence[Mapping[str, Any]]],
         here: Callable[[], Any] | None = None,
     ) -> None:
-        self.tools, self.progress = tools, progress
+        self.space, self.progress = space, progress
         self._here = here  # where a bench of the build machine runs (its key holds this machine's fingerprint)
         self.events: list[TaskEvent] = []
         self.attempts: dict[str, list[str]] = {}  # key → where each attempt started
@@ -208,7 +208,7 @@ class RayExecutor:
 
     def options(self, task: Task) -> dict[str, Any]:
         """The Ray options of a task: its declared resources, within what the largest node has."""
-        need = task.resources(self.tools.threads)
+        need = task.resources(self.space.threads)
         options: dict[str, Any] = {"name": task.label, "max_retries": MAX_RETRIES, "retry_exceptions": False}
         if need.box:
             # the whole box: no other task shares it while it is measured
@@ -216,7 +216,7 @@ class RayExecutor:
             options.update(num_cpus=self._box_cpus.get(resource, 1), resources={resource: 1})
             return options
         options["num_cpus"] = max(0.5, min(float(need.cpus), self._largest["CPU"] or 1.0))
-        if task.stage == "bench" and self._here is not None:
+        if task.stage == Stage.BENCH and self._here is not None:
             options["scheduling_strategy"] = self._here()
         if need.memory_mib and self._largest["memory"]:
             options["memory"] = min(need.memory_mib * 2**20, int(self._largest["memory"]))
@@ -225,7 +225,7 @@ class RayExecutor:
                 raise ClusterError(f"{task.label} needs a GPU (reference_device = \"cuda\") and no node has one",
                                    "join a GPU node, or set [validation] reference_device = \"auto\"")  # fmt: skip
             options["num_gpus"] = need.gpus
-        elif task.stage == "reference" and getattr(task, "device", "") == "auto" and self._largest["GPU"]:
+        elif task.stage == Stage.REFERENCE and getattr(task, "device", "") == "auto" and self._largest["GPU"]:
             options["num_gpus"] = 1  # "auto" prefers CUDA: a GPU node computes it when the cluster has one
         return options
 
@@ -235,7 +235,7 @@ class RayExecutor:
         ordered = [t for t in dependency_order(list(tasks)) if t.cached and t.key not in entries]
         for task in ordered:
             started = time.perf_counter()
-            if (found := self.tools.cache.lookup(task.stage, task.key)) is not None:
+            if (found := self.space.cache.lookup(task.stage, task.key)) is not None:
                 entries[task.key] = found
                 self.events.append(TaskEvent(task.stage, task.key, task.label, True, time.perf_counter() - started))
         todo = [t for t in ordered if t.key not in entries]
@@ -248,11 +248,11 @@ class RayExecutor:
         for task in todo:
             closure = dependency_order(list(task.deps()))  # what a stage may read: its whole upstream
             upstream = [refs[t.key][0] if t.key in refs else entries[t.key] for t in closure if t.cached]
-            refs[task.key] = remote.options(**options[task.key]).remote(task, self.tools, events, *upstream)
+            refs[task.key] = remote.options(**options[task.key]).remote(task, self.space, events, *upstream)
         with _MatrixProgress(self.progress, len(ordered), len(ordered) - len(todo)) as shown:
             self._wait(ray, {refs[t.key][0]: t for t in todo}, {t.key: refs[t.key][1] for t in todo}, events, entries,
                        shown)  # fmt: skip
-        self.tools.cache.clean_partials()  # a killed attempt's temp folder (its process is gone)
+        self.space.cache.clean_partials()  # a killed attempt's temp folder (its process is gone)
         return entries
 
     def _wait(self, ray: Any, pending: dict[Any, Task], seconds: dict[str, Any], events: Any,

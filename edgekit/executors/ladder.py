@@ -17,11 +17,13 @@ from edgekit.observe.progress import Progress
 from edgekit.plan.make import Plan, bench_over, dependency_order
 from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
-from edgekit.signoff.gates import judge_artifact
+from edgekit.runtime.bench.results import BenchResult
+from edgekit.signoff.gates import Check, Judgement, Verdict, judge_artifact
 from edgekit.stages import quantize
 from edgekit.store.cache import CacheEntry
+from edgekit.store.results import ValidateResult
 
-NOT_RUN = "not built"
+NOT_RUN = Verdict.NOT_BUILT
 
 
 @dataclass
@@ -31,8 +33,8 @@ class Rung:
     label: str
     scheme: str
     artifact: str  # the candidate's artifact name (its figures in the bench)
-    verdict: str = NOT_RUN
-    judged: dict[str, Any] = field(default_factory=dict)  # checks, reasons (edgekit.signoff.gates.judge_artifact)
+    verdict: Verdict = NOT_RUN
+    judged: Judgement | None = None  # its gates' checks and reasons (None: not validated)
     metrics: dict[str, Any] = field(default_factory=dict)
     size: int | None = None
     bits_per_weight: float | None = None
@@ -50,15 +52,14 @@ class LadderOutcome:
     reason: str
 
 
-def miss(judged: dict[str, Any]) -> float:
+def miss(judged: Judgement) -> float:
     """How far a candidate is from passing: the largest relative distance of a metric beyond its threshold."""
     worst = 0.0
-    for check in judged.get("checks", []):
-        value, threshold = check.get("value"), check.get("threshold")
-        if value is None or not threshold:
+    for check in judged.checks:
+        if not check.threshold:
             continue
-        beyond = (value - threshold) if check["direction"] == "max" else (threshold - value)
-        worst = max(worst, beyond / abs(threshold))
+        beyond = (check.value - check.threshold) if check.direction == "max" else (check.threshold - check.value)
+        worst = max(worst, beyond / abs(check.threshold))
     return worst
 
 
@@ -85,13 +86,13 @@ def run_ladder(executor: Executor, auto: AutoTarget, entries: dict[str, CacheEnt
         progress.log(f"{auto.name}: candidate {i + 1}/{len(rungs)} {candidate.label}")
         entries.update(executor.run(candidate.tasks()[:2], known=entries))  # quantize and validate
         _judge(candidate, rung, entries)
-        if auto.objective == "smallest" and rung.verdict == "pass":
+        if auto.objective == "smallest" and rung.verdict == Verdict.PASS:
             break
-    if auto.objective == "fastest" and auto.bench is not None and any(r.verdict == "pass" for r in rungs):
+    if auto.objective == "fastest" and auto.bench is not None and any(r.verdict == Verdict.PASS for r in rungs):
         entries.update(executor.run([auto.bench], known=entries))
-        figures = entries[auto.bench.key].result.get("artifacts") or {}
+        bench = BenchResult.of(entries[auto.bench.key])
         for rung in rungs:
-            rung.decode_tok_s = (figures.get(rung.artifact) or {}).get("decode_tok_s")
+            rung.decode_tok_s = bench.figures(rung.artifact).get("decode_tok_s")
     return _decide(auto, rungs)
 
 
@@ -100,22 +101,23 @@ def _judge(candidate: TargetPlan, rung: Rung, entries: dict[str, CacheEntry]) ->
     rung.size, rung.bits_per_weight = artifact.size, artifact.details.get("bits_per_weight")
     if candidate.validate is None:
         return
-    result = entries[candidate.validate.key].result
+    result = ValidateResult.of(entries[candidate.validate.key])
     rung.judged = judge_artifact(result, candidate.gates)
-    rung.verdict, rung.metrics, rung.miss = rung.judged["verdict"], result.get("metrics") or {}, miss(rung.judged)
+    rung.verdict, rung.metrics, rung.miss = rung.judged.verdict, result.metrics, miss(rung.judged)
 
 
 def _first_failure(rung: Rung) -> str:
-    for check in rung.judged.get("checks", []):
-        if check["verdict"] != "pass":
-            op = "≤" if check["direction"] == "max" else "≥"
-            return f"{check['metric']} {check['value']:.4g}, needs {op} {check['threshold']:g} ({check['verdict']})"
+    checks: list[Check] = rung.judged.checks if rung.judged is not None else []
+    for check in checks:
+        if check.verdict != Verdict.PASS:
+            op = "≤" if check.direction == "max" else "≥"
+            return f"{check.metric} {check.value:.4g}, needs {op} {check.threshold:g} ({check.verdict})"
     return rung.verdict
 
 
 def _decide(auto: AutoTarget, rungs: list[Rung]) -> LadderOutcome:
-    passing = [i for i, r in enumerate(rungs) if r.verdict == "pass"]
-    failed = "; ".join(f"{r.label}: {_first_failure(r)}" for r in rungs if r.verdict not in ("pass", NOT_RUN))
+    passing = [i for i, r in enumerate(rungs) if r.verdict == Verdict.PASS]
+    failed = "; ".join(f"{r.label}: {_first_failure(r)}" for r in rungs if r.verdict not in (Verdict.PASS, NOT_RUN))
     if not passing:
         ran = [i for i, r in enumerate(rungs) if r.verdict != NOT_RUN]
         closest = min(ran, key=lambda i: (rungs[i].miss if rungs[i].miss is not None else float("inf"), i))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from edgekit.executors.base import TaskEvent, Tools, execute, timed
+from edgekit.executors.base import TaskEvent, Workspace, execute, timed
 from edgekit.observe.progress import Progress
 from edgekit.plan.make import dependency_order
 from edgekit.plan.tasks import Task
@@ -19,8 +19,8 @@ from edgekit.store.cache import CacheEntry
 
 
 class LocalExecutor:
-    def __init__(self, tools: Tools, progress: Progress, cpus: int | None = None) -> None:
-        self.tools = tools
+    def __init__(self, space: Workspace, progress: Progress, cpus: int | None = None) -> None:
+        self.space = space
         self.progress = progress
         self.cpus = cpus or machine.logical_cores()
         self.events: list[TaskEvent] = []
@@ -53,14 +53,14 @@ class LocalExecutor:
         for task in pending:
             if not all(dep.key in entries for dep in task.deps()):
                 continue
-            need = min(self.cpus, max(1, task.resources(self.tools.threads).cpus))
+            need = min(self.cpus, max(1, task.resources(self.space.threads).cpus))
             if need <= free:
                 chosen.append((task, need))
                 free -= need
         return chosen
 
     def _work(self, task: Task, records: dict[str, CacheEntry]) -> Callable[[], CacheEntry]:
-        return lambda: execute(task, records, self.tools, self.progress)
+        return lambda: execute(task, records, self.space, self.progress)
 
     def _collect(self, running: dict[Future, tuple[Task, int]], entries: dict[str, CacheEntry]) -> None:
         done, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -146,7 +146,12 @@ class _Routing:
         logging.getLogger().addHandler(self.handler)
         showwarning = warnings.showwarning
         logging.captureWarnings(True)
-        self.undo = [lambda: (logging.captureWarnings(False), setattr(warnings, "showwarning", showwarning))]
+
+        def restore_warnings() -> None:
+            logging.captureWarnings(False)
+            warnings.showwarning = showwarning
+
+        self.undo = [restore_warnings]
         self.undo += _quiet_transformers()
 
     def set_aside_terminal_handlers(self) -> None:
@@ -248,12 +253,11 @@ def keep(exc: BaseException, kept: Path, logs: dict[str, Path | str], was: Path 
                 shutil.copyfile(log, kept / name)
     except OSError:
         return
-    hint = getattr(exc, "hint", None)
     if isinstance(exc, EdgekitError):
-        if hint and was is not None and str(was) in hint:
-            exc.hint = hint.replace(str(was), str(kept))
+        if exc.hint and was is not None and str(was) in exc.hint:  # it names a log file of the folder removed
+            exc.hint = exc.hint.replace(str(was), str(kept))
         else:
-            exc.hint = (f"{hint}; " if hint else "") + f"logs: {kept}"
+            exc.logs = kept
 
 
 def scan(text: str) -> None:

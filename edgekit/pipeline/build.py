@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._util.fsutil import staging_dir
-from edgekit.errors import CorruptCacheEntry, ExitCode, GateFailure, UsageError
-from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Tools
+from edgekit.errors import CorruptCacheEntry, EdgekitError, ExitCode, GateFailure, UsageError
+from edgekit.executors.base import FAILED_LOGS, Executor, TaskEvent, Workspace
 from edgekit.executors.ladder import LadderOutcome, run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.observe import stagelog
@@ -27,24 +27,28 @@ from edgekit.observe.progress import Progress
 from edgekit.pipeline.levers import lever_figures
 from edgekit.pipeline.repair import repair
 from edgekit.plan.make import Plan, make_plan, output_path
+from edgekit.plan.task_base import Stage
 from edgekit.plan.tasks import BundleTask
 from edgekit.recipe.load import Recipe
-from edgekit.report.model import build_report
+from edgekit.report.model import ArtifactRow, Built, Validated, build_report
 from edgekit.report.render import write_reports
-from edgekit.signoff.gates import counts_as_failed, judge_artifact
+from edgekit.runtime.bench.results import BenchResult
+from edgekit.signoff.gates import Verdict, counts_as_failed, judge_artifact
 from edgekit.stages import bundle, fetch, quantize
 from edgekit.stages.reference import load_reference, noise_floor_metrics
 from edgekit.stages.reference_transfer import import_reference
+from edgekit.stages.validate import TOKEN_FILE
 from edgekit.store.cache import CacheEntry, StageCache
 from edgekit.store.records import Artifact
+from edgekit.store.results import CacheRef, ReferenceResult, ValidateResult
 
-STAGE_GROUPS = {"convert": "convert+quantize", "quantize": "convert+quantize"}
+STAGE_GROUPS = {Stage.CONVERT: "convert+quantize", Stage.QUANTIZE: "convert+quantize"}
 
 
 @dataclass
 class BuildResult:
     bundle: Path
-    verdicts: dict[str, str]
+    verdicts: dict[str, Verdict]
     failed_required: list[str]
     excluded: list[str]
     seconds: float
@@ -60,8 +64,8 @@ class BuildResult:
 class Outcome:
     """What the gates say about every validated artifact, and what the bundle policy makes of it."""
 
-    results: dict[str, dict[str, Any]]  # per artifact: metrics, checks, verdict, gates
-    verdicts: dict[str, str]
+    results: dict[str, Validated]  # per validated artifact: its figures and what its gates make of them
+    verdicts: dict[str, Verdict]
     failed_required: list[str]
     excluded: list[str]
 
@@ -103,7 +107,8 @@ def build_log(cache: StageCache) -> Iterator[stagelog.Capture]:
         try:
             yield log
         except BaseException as exc:
-            if getattr(exc, "exit_code", None) != ExitCode.BAD_INPUT and cache.root.is_dir():
+            bad_input = isinstance(exc, EdgekitError) and exc.exit_code == ExitCode.BAD_INPUT  # nothing was accepted
+            if not bad_input and cache.root.is_dir():
                 kept = cache.root / FAILED_LOGS / f"build-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
                 stagelog.keep(exc, kept, {"build.log": log.text()})
             raise
@@ -127,8 +132,7 @@ def build_plan(
 ) -> BuildResult:
     started = started or time.time()
     cache.clean_partials()
-    tools = Tools(cache, plan.bundle.threads, plan.llama_cpp_dir)
-    executor = executor or LocalExecutor(tools, progress)
+    executor = executor or LocalExecutor(Workspace(cache, plan.env), progress)
     with MemoryWatch() as watch:
         entries = executor.run(plan.tasks)
         plan, ladders = run_ladders(plan, executor, entries, progress)
@@ -192,22 +196,20 @@ def finish_plan(
 
 def judge(task: BundleTask, entries: dict[str, CacheEntry], ladders: dict[str, LadderOutcome] | None = None
           ) -> Outcome:  # fmt: skip
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, Validated] = {}
     for target in task.targets:
         if target.validate is None:
             continue
         entry = entries[target.validate.key]
-        measured = {**entry.result, "cache_key": entry.key, "token_file": str(entry.path / "tokens.npz")}
-        results[target.name] = {
-            **measured,
-            **judge_artifact(measured, target.gates),
-            "gates": target.gates.model_dump(),
-        }
+        measured = ValidateResult.of(entry)
+        judgement = judge_artifact(measured, target.gates)
         ladder = (ladders or {}).get(target.name)
         if ladder is not None and not ladder.passed:  # none of the ladder passed: the target fails, whatever the
-            results[target.name]["verdict"] = "fail"  # closest candidate's own verdict
-            results[target.name]["reasons"] = [ladder.reason, *results[target.name].get("reasons", [])]
-    verdicts = {name: r["verdict"] for name, r in results.items()}
+            judgement.verdict = Verdict.FAIL  # closest candidate's own verdict
+            judgement.reasons = [ladder.reason, *judgement.reasons]
+        results[target.name] = Validated(measured, entry.key, str(entry.path / TOKEN_FILE), judgement,
+                                         target.gates.model_dump())  # fmt: skip
+    verdicts = {name: r.judgement.verdict for name, r in results.items()}
     failed = [n for n, v in verdicts.items() if counts_as_failed(v, task.report.on_inconclusive)]
     required = {t.name for t in task.targets if t.required}
     exclude = task.report.exclude_failed
@@ -277,55 +279,47 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
         bundle.seal_manifest(tmp, task, checkpoint, records, runtime)
 
 
-def _bench_result(task: BundleTask, entries: dict[str, CacheEntry]) -> dict[str, Any] | None:
+def _bench_result(task: BundleTask, entries: dict[str, CacheEntry]) -> BenchResult | None:
     return _bench_entry(entries[task.bench.key]) if task.bench is not None else None
 
 
-def _bench_entry(entry: CacheEntry) -> dict[str, Any]:
-    return {**entry.result, "cache": {"key": entry.key, "reused": entry.reused}}
+def _bench_entry(entry: CacheEntry) -> BenchResult:
+    bench = BenchResult.of(entry)
+    bench.cache = CacheRef(entry.key, entry.reused)
+    return bench
 
 
 def _reference_summary(task: BundleTask, entries: dict[str, CacheEntry]) -> tuple[Any, Any]:
+    """The reference as the report describes it (not its task records, noise floor or completions), with what
+    producing its entry took; and the noise floor's figures."""
     if task.reference is None:
         return None, None
     entry = entries[task.reference.key]
-    ref = load_reference(task.reference, entry)
-    meta = {k: v for k, v in ref.meta.items() if k not in ("tasks", "noise_floor", "completions")}
-    meta.update(cache_key=entry.key, reused=entry.reused)
-    return meta, noise_floor_metrics(ref, task.report.bootstrap)
+    result = ReferenceResult.of(entry)
+    meta = {k: v for k, v in result.to_json().items() if k not in ("tasks", "noise_floor", "completions")}
+    meta.update(entry_seconds=entry.meta.get("seconds"), cache_key=entry.key, reused=entry.reused)
+    return meta, noise_floor_metrics(load_reference(task.reference, entry), result.noise_floor, task.report.bootstrap)
 
 
 def _report_rows(
     task: BundleTask, records: list[dict[str, Any]], artifacts: list[Artifact], outcome: Outcome
-) -> list[dict[str, Any]]:
+) -> list[ArtifactRow]:
+    """Every artifact the report lists: the bundled ones (from their manifest records), those left out by their
+    gates, and the optional targets that were not built."""
     required = {t.name for t in task.targets if t.required}
-    record_keys = ("name", "backend", "scheme", "path", "size", "sha256", "tensor_types", "bits_per_weight")
     rows = [
-        {
-            **{k: record[k] for k in record_keys},
-            "details": record["details"],
-            "required": record["name"] in required,
-            **outcome.results.get(record["name"], {"verdict": "not validated", "metrics": None}),
-        }
-        for record in records
-    ]
-    for artifact in (a for a in artifacts if a.name in outcome.excluded):
-        described = {
-            "backend": artifact.backend,
-            "scheme": artifact.scheme,
-            "size": artifact.size,
-            "tensor_types": artifact.details.get("tensor_types", {}),
-            "bits_per_weight": artifact.details.get("bits_per_weight"),
-            "details": artifact.details,
-            "required": artifact.name in required,
-        }
-        verdict = outcome.verdicts[artifact.name]
-        rows.append({"name": artifact.name, "verdict": verdict, "excluded": True, **described,
-                     **outcome.results[artifact.name]})  # fmt: skip
+        ArtifactRow(r["name"], r["backend"], r["scheme"], r["name"] in required,
+                    built=Built(r["size"], r["tensor_types"], r["bits_per_weight"], r["details"]),
+                    path=r["path"], sha256=r["sha256"], validation=outcome.results.get(r["name"]))
+        for r in records
+    ]  # fmt: skip
+    for a in (a for a in artifacts if a.name in outcome.excluded):
+        built = Built(a.size, a.details.get("tensor_types", {}), a.details.get("bits_per_weight"), a.details)
+        rows.append(ArtifactRow(a.name, a.backend, a.scheme, a.name in required, built=built, excluded=True,
+                                validation=outcome.results[a.name]))  # fmt: skip
     for skipped in task.skipped:
-        rows.append({"name": skipped.name, "backend": skipped.backend, "scheme": skipped.scheme, "required": False,
-                     "verdict": "not built", "reasons": [skipped.reason], "metrics": None,
-                     "excluded": True})  # fmt: skip
+        rows.append(ArtifactRow(skipped.name, skipped.backend, skipped.scheme, False, excluded=True,
+                                unvalidated=Verdict.NOT_BUILT, reasons=[skipped.reason]))  # fmt: skip
     return rows
 
 

@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 
 from edgekit.executors.ladder import LadderOutcome, Rung
-from edgekit.plan.tasks import Bootstrap, BundleTask, Comparison, TargetPlan
+from edgekit.plan.tasks import Bootstrap, BundleTask, Comparison, QuantizeTask, TargetPlan, ValidateTask
 from edgekit.signoff.gates import judge_artifact
 from edgekit.signoff.metrics import BlockBootstrap
 from edgekit.stages import quantize
 from edgekit.stages.validate import TOKEN_FILE
 from edgekit.store.cache import CacheEntry
+from edgekit.store.results import SensitivityResult, ValidateResult
 
 FIGURES = ("kld_mean", "top1", "ppl_ratio", "kld_p99")
 
@@ -37,7 +38,7 @@ def _rung(rung: Rung, kept: bool) -> dict[str, Any]:
         "bits_per_weight": rung.bits_per_weight,
         "metrics": _figures(rung.metrics),
         "miss": rung.miss,
-        "reasons": rung.judged.get("reasons", []),
+        "reasons": rung.judged.reasons if rung.judged is not None else [],
         "decode_tok_s": rung.decode_tok_s,
     }
 
@@ -53,15 +54,16 @@ def ladder_figures(outcome: LadderOutcome) -> dict[str, Any]:
     }
 
 
-def _side(plan_quantize: Any, validate: Any, entries: dict[str, CacheEntry], target: TargetPlan) -> dict[str, Any]:
+def _side(plan_quantize: QuantizeTask, validate: ValidateTask, entries: dict[str, CacheEntry], target: TargetPlan
+          ) -> dict[str, Any]:  # fmt: skip
     artifact = quantize.artifact(plan_quantize, entries[plan_quantize.key])
-    result = entries[validate.key].result
+    result = ValidateResult.of(entries[validate.key])
     return {
         "artifact": plan_quantize.name,
         "size": artifact.size,
         "bits_per_weight": artifact.details.get("bits_per_weight"),
-        "verdict": judge_artifact(result, target.gates)["verdict"],
-        "metrics": _figures(result["metrics"]),
+        "verdict": judge_artifact(result, target.gates).verdict,
+        "metrics": _figures(result.metrics),
     }
 
 
@@ -89,7 +91,7 @@ def lever_figures(task: BundleTask, entries: dict[str, CacheEntry], ladders: dic
                   ) -> dict[str, Any]:  # fmt: skip
     comparisons = [comparison_figures(t, c, entries, task.report.bootstrap)
                    for t in task.targets for c in t.comparisons if t.validate is not None]  # fmt: skip
-    sensitivity = [{"target": t.name, "scheme": t.scheme, **entries[t.sensitivity.key].result}
+    sensitivity = [{"target": t.name, "scheme": t.scheme, **SensitivityResult.of(entries[t.sensitivity.key]).to_json()}
                    for t in task.targets if t.sensitivity is not None]  # fmt: skip
     return {"ladders": [ladder_figures(o) for o in ladders.values()], "comparisons": comparisons,
             "sensitivity": sensitivity}  # fmt: skip

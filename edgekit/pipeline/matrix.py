@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from edgekit.errors import GateFailure, UsageError
-from edgekit.executors.base import Executor, TaskEvent, Tools
+from edgekit.executors.base import Executor, TaskEvent, Workspace
 from edgekit.executors.ladder import run_ladders
 from edgekit.executors.local import LocalExecutor
 from edgekit.observe.memwatch import MemoryWatch
@@ -32,7 +32,7 @@ from edgekit.store.cache import StageCache
 class Cluster(Protocol):
     def boxes(self) -> dict[str, Box]: ...
 
-    def executor(self, tools: Tools, progress: Progress) -> Executor: ...
+    def executor(self, space: Workspace, progress: Progress) -> Executor: ...
 
 
 @dataclass
@@ -75,7 +75,7 @@ def plan_all(
         if (other := seen.setdefault(plan.bundle.final, plan)) is not plan:
             raise UsageError(f"{other.recipe} and {plan.recipe} both write {plan.bundle.final}",
                              "give one of them another [bundle] name")  # fmt: skip
-    dirs = {p.llama_cpp_dir for p in plans}
+    dirs = {p.env.llama_cpp_dir for p in plans}
     if len(dirs) > 1:
         raise UsageError(f"the recipes name different [toolchain] llama_cpp_dir: {sorted(map(str, dirs))}",
                          "build them in separate commands, or use one llama.cpp checkout")  # fmt: skip
@@ -88,8 +88,8 @@ def build_matrix(
     """Run every plan's tasks once, then assemble each bundle; several bundles also get a fleet report."""
     started = time.time()
     cache.clean_partials()
-    tools = Tools(cache, plans[0].bundle.threads, plans[0].llama_cpp_dir)
-    executor = cluster.executor(tools, progress) if cluster is not None else LocalExecutor(tools, progress)
+    space = Workspace(cache, plans[0].env)
+    executor = cluster.executor(space, progress) if cluster is not None else LocalExecutor(space, progress)
     with MemoryWatch() as watch:  # of this machine's processes: a cluster's remote tasks report their own
         entries = executor.run([t for plan in plans for t in plan.tasks])
         laddered = [run_ladders(plan, executor, entries, progress) for plan in plans]  # auto targets settled

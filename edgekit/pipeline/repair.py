@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgekit.errors import DamagedFile
 from edgekit.executors.base import Executor
 from edgekit.observe.progress import Progress
 from edgekit.plan.make import Plan
@@ -21,7 +22,7 @@ from edgekit.store.cache import CacheEntry, StageCache
 def repair(
     plan: Plan,
     entries: dict[str, CacheEntry],
-    damaged: list[dict[str, str]],
+    damaged: list[DamagedFile],
     cache: StageCache,
     executor: Executor,
     progress: Progress,
@@ -29,9 +30,10 @@ def repair(
     """Drop and rebuild the damaged artifact entries; return the new entries and what the report says."""
     tasks = {t.key: t for t in plan.tasks}
     records = []
-    for key in dict.fromkeys(d["key"] for d in damaged):
-        files = [{k: d[k] for k in ("file", "recorded_sha256", "found_sha256")} for d in damaged if d["key"] == key]
-        name = next(d["artifact"] for d in damaged if d["key"] == key)
+    for key in dict.fromkeys(d.key for d in damaged):
+        files = [{"file": d.file, "recorded_sha256": d.recorded_sha256, "found_sha256": d.found_sha256}
+                 for d in damaged if d.key == key]  # fmt: skip
+        name = next(d.artifact for d in damaged if d.key == key)
         before = _hashes(entries[key])
         made_from = [t for t in _dependents(plan, key) if not entries[t.key].reused]
         for task in (tasks[key], *made_from):

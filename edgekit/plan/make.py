@@ -27,8 +27,8 @@ from edgekit.plan.preflight import preflight
 from edgekit.plan.reference import reference_task
 from edgekit.plan.source import fetch_task
 from edgekit.plan.targets import TargetInputs, plan_target
+from edgekit.plan.task_base import STAGE_ORDER
 from edgekit.plan.tasks import (
-    STAGE_ORDER,
     AutoTarget,
     BenchTask,
     Bootstrap,
@@ -62,7 +62,7 @@ class Plan:
     tasks: tuple[Task, ...]  # every cached task, dependencies first
     bundle: BundleTask
     reference: ReferenceTask | None
-    llama_cpp_dir: str | None = None  # [toolchain] llama_cpp_dir: where convert finds llama.cpp's converter
+    env: BuildEnv  # what its stages and backends are given: the cache root, threads, [toolchain] llama_cpp_dir
 
     def closure(self, *roots: Task) -> tuple[Task, ...]:
         """`roots` and everything they depend on, dependencies first."""
@@ -146,7 +146,7 @@ def make_plan(
         box_benches=tuple(_bench(recipe, targets, box) for box in bench_boxes),
     )
     tasks = dependency_order(list(bundle.deps()))
-    return Plan(recipe.name, recipe.path, tasks, bundle, reference, recipe.spec.toolchain.llama_cpp_dir)
+    return Plan(recipe.name, recipe.path, tasks, bundle, reference, env)
 
 
 def _reads_hf_tokenizer(recipe: Recipe, targets: list[Target]) -> bool:

@@ -4,10 +4,32 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, ClassVar
 
 from edgekit.plan.keys import key_inputs, task_key
+
+
+class Stage(StrEnum):
+    """The stages of a build, in the order they run (a task's `stage`; its cache entries live under the name).
+
+    `report` and `bundle` are not cached: they write the bundle, last."""
+
+    FETCH = "fetch"
+    CONVERT = "convert"
+    IMATRIX = "imatrix"
+    QUANTIZE = "quantize"
+    REFERENCE = "reference"
+    VALIDATE = "validate"
+    SMOKE = "smoke"
+    SENSITIVITY = "sensitivity"
+    BENCH = "bench"
+    REPORT = "report"
+    BUNDLE = "bundle"
+
+
+STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
 
 
 @dataclass(frozen=True)
@@ -23,7 +45,7 @@ class Resources:
 class Task:
     """Base of every task. Subclasses are frozen dataclasses; `stage` names the stage function."""
 
-    stage: ClassVar[str]
+    stage: ClassVar[Stage]
     cached: ClassVar[bool] = True
 
     @cached_property

@@ -12,14 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED
-from edgekit.plan.task_base import Resources, Task
+from edgekit.plan.task_base import Resources, Stage, Task
 from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText
 from edgekit.signoff.gates import Gates
 from edgekit.sources.synthetic import SyntheticSpec
 from edgekit.store.records import SourceFile
-
-STAGE_ORDER = ("fetch", "convert", "imatrix", "quantize", "reference", "validate", "smoke", "sensitivity", "bench",
-               "report", "bundle")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,7 @@ class TokenizerSource:
 
 @dataclass(frozen=True)
 class FetchTask(Task):
-    stage: ClassVar[str] = "fetch"
+    stage: ClassVar[Stage] = Stage.FETCH
     uri: str
     revision: str | None  # the resolved commit for hf://
     files: tuple[SourceFile, ...]  # hashed at planning time; empty for hf:// (its commit pins them)
@@ -72,7 +69,7 @@ def sized_by_model(source: FetchTask, threads: int) -> Resources:
 
 @dataclass(frozen=True)
 class ConvertTask(Task):
-    stage: ClassVar[str] = "convert"
+    stage: ClassVar[Stage] = Stage.CONVERT
     checkpoint: FetchTask
     backend: str
     versions: dict[str, Any]
@@ -94,7 +91,7 @@ class ConvertTask(Task):
 class ImatrixTask(Task):
     """An importance matrix of the converted model on the calibration range (`llama-imatrix`)."""
 
-    stage: ClassVar[str] = "imatrix"
+    stage: ClassVar[Stage] = Stage.IMATRIX
     converted: ConvertTask
     calibration: CalibrationSet  # the tokens it reads: the end of the text, past every scored token
     text: EvalText  # llama-imatrix reads text: the range's characters, from `char_start` to the end
@@ -113,7 +110,7 @@ class ImatrixTask(Task):
 
 @dataclass(frozen=True)
 class QuantizeTask(Task):
-    stage: ClassVar[str] = "quantize"
+    stage: ClassVar[Stage] = Stage.QUANTIZE
     converted: ConvertTask
     backend: str
     scheme: str
@@ -134,7 +131,7 @@ class QuantizeTask(Task):
 
 @dataclass(frozen=True)
 class ReferenceTask(Task):
-    stage: ClassVar[str] = "reference"
+    stage: ClassVar[Stage] = Stage.REFERENCE
     checkpoint: FetchTask
     eval: EvalPlan
     device: str  # resolved at planning time: cpu | cuda (see edgekit.plan.reference)
@@ -192,7 +189,7 @@ class Decide:
 
 @dataclass(frozen=True)
 class ValidateTask(Task):
-    stage: ClassVar[str] = "validate"
+    stage: ClassVar[Stage] = Stage.VALIDATE
     artifact: QuantizeTask
     reference: ReferenceTask
     bootstrap: Bootstrap
@@ -208,7 +205,7 @@ class ValidateTask(Task):
 class SmokeTask(Task):
     """Greedy token ids of a few fixed prompts through the engine the box runs; `edgekit install` replays them."""
 
-    stage: ClassVar[str] = "smoke"
+    stage: ClassVar[Stage] = Stage.SMOKE
     artifact: QuantizeTask
     prompts: tuple[str, ...]
     tokens: int
@@ -233,7 +230,7 @@ class Exclusion:
 
 @dataclass(frozen=True)
 class BenchTask(Task):
-    stage: ClassVar[str] = "bench"
+    stage: ClassVar[Stage] = Stage.BENCH
     artifacts: tuple[QuantizeTask, ...]
     settings: dict[str, Any]
     machine: str  # the fingerprint of the machine measured
@@ -262,7 +259,7 @@ class SensitivityTask(Task):
     scored on the first `windows` windows; a measurement projected over `budget_seconds` is skipped, with a note.
     """
 
-    stage: ClassVar[str] = "sensitivity"
+    stage: ClassVar[Stage] = Stage.SENSITIVITY
     artifact: QuantizeTask
     base: QuantizeTask
     reference: ReferenceTask
@@ -341,7 +338,7 @@ class SkippedTarget:
 class ReportTask(Task):
     """What the sign-off report needs besides task results: identity, policy, statistics, where gates came from."""
 
-    stage: ClassVar[str] = "report"
+    stage: ClassVar[Stage] = Stage.REPORT
     cached: ClassVar[bool] = False
     bundle_name: str
     recipe_path: str
@@ -359,7 +356,7 @@ class ReportTask(Task):
 
 @dataclass(frozen=True)
 class BundleTask(Task):
-    stage: ClassVar[str] = "bundle"
+    stage: ClassVar[Stage] = Stage.BUNDLE
     cached: ClassVar[bool] = False
     name: str
     final: str  # where the bundle goes (dist/<name>)

@@ -115,8 +115,9 @@ def choose(
     else:
         mode = requested
     plan = MemoryPlan(requested, mode, needs["full"], needs["stream"], available)
+    sizes = (mode, plan.full_bytes, plan.stream_bytes, available.bytes, available.limited_by)
     if mode == "stream" and streamable is not None:
-        raise ReferenceMemoryError(plan, f"this model cannot be streamed: {streamable}")
+        raise ReferenceMemoryError(*sizes, reason=f"this model cannot be streamed: {streamable}")
     if device == "cpu" and needs[mode] > available.bytes:
-        raise ReferenceMemoryError(plan, can_stream=streamable is None)
+        raise ReferenceMemoryError(*sizes, can_stream=streamable is None)
     return plan

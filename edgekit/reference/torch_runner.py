@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from edgekit.errors import MissingDependencyError, UsageError
+from edgekit.errors import MissingDependencyError, NoCudaDevice
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,7 @@ def resolve_device(device: str, dtype: str) -> ReferenceDevice:
         raise MissingDependencyError("torch (needed for the reference)", "gguf") from None
     has_cuda = torch.cuda.is_available()
     if device == "cuda" and not has_cuda:
-        raise UsageError(
-            "[validation] reference_device = 'cuda' but no CUDA device is available",
-            "use 'auto' to fall back to the CPU, or run `edgekit reference` on a GPU box and copy the cache",
-        )
+        raise NoCudaDevice()
     chosen = "cuda" if device == "cuda" or (device == "auto" and has_cuda) else "cpu"
     if dtype == "auto":
         dtype = "float16" if chosen == "cuda" else "float32"
@@ -70,9 +68,10 @@ class TorchRunner:
         self.device = device
         self._torch = torch
         self._tokenizer = HFTokenizer.from_folder(checkpoint)
-        self._model = AutoModelForCausalLM.from_pretrained(
-            checkpoint, dtype=getattr(torch, device.dtype), use_safetensors=True
-        ).to(device.device)
+        # Any: transformers types `.to` through a decorator whose signature takes the model as its first argument
+        model: Any = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, device.dtype),
+                                                          use_safetensors=True)  # fmt: skip
+        self._model = model.to(device.device)
         self._model.eval()
 
     @property

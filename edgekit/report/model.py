@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgekit.report.text import type_mix_text
+from edgekit.runtime.bench.results import BenchResult
+from edgekit.signoff.gates import Judgement, Verdict
 from edgekit.signoff.metrics import ESTIMATORS
+from edgekit.store.results import ValidateResult
 
 if TYPE_CHECKING:
     from edgekit.plan.tasks import ReportTask, TargetPlan
@@ -27,6 +31,71 @@ REPORT_SCHEMA = 1
 # edge (including the small negative values the unbiased tail estimate can give) are counted apart.
 KLD_BIN_EDGES = np.logspace(-6, 1, 57)
 KLD_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
+
+
+@dataclass
+class Validated:
+    """A validated artifact: what it measured (its validate entry) and what its gates make of it."""
+
+    result: ValidateResult
+    cache_key: str  # the validate entry
+    token_file: str  # its per-token figures (summarised into the report, never pointed at)
+    judgement: Judgement
+    gates: dict[str, Any]  # the thresholds judged
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.result.to_json(), "cache_key": self.cache_key, "token_file": self.token_file,
+                **self.judgement.to_json(), "gates": self.gates}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a built artifact is: its size and the precisions written."""
+
+    size: int
+    tensor_types: dict[str, Any]
+    bits_per_weight: float | None
+    details: dict[str, Any]
+
+
+@dataclass
+class ArtifactRow:
+    """One artifact as the report lists it: in the bundle (`path`), left out by its gates (`excluded`), or an
+    optional target that was not built (neither `built` nor `validation`)."""
+
+    name: str
+    backend: str
+    scheme: str
+    required: bool
+    built: Built | None = None
+    path: str | None = None  # in the bundle, with its sha256
+    sha256: str | None = None
+    excluded: bool = False
+    validation: Validated | None = None
+    unvalidated: Verdict = Verdict.NOT_VALIDATED  # the verdict without a validation: not validated, not built
+    reasons: list[str] = field(default_factory=list)  # why it was not built
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.validation.judgement.verdict if self.validation is not None else self.unvalidated
+
+    def to_json(self) -> dict[str, Any]:
+        """The row's keys in report.json (a key is left out where the row has nothing to say)."""
+        out: dict[str, Any] = {"name": self.name, "backend": self.backend, "scheme": self.scheme}
+        if self.path is not None:
+            out.update(path=self.path, sha256=self.sha256)
+        if self.built is not None:
+            out.update(size=self.built.size, tensor_types=self.built.tensor_types,
+                       bits_per_weight=self.built.bits_per_weight, details=self.built.details)  # fmt: skip
+        out["required"] = self.required
+        if self.excluded:
+            out["excluded"] = True
+        if self.validation is not None:
+            return {**out, **self.validation.to_json()}
+        out.update(verdict=self.unvalidated, metrics=None)
+        if self.reasons:
+            out["reasons"] = list(self.reasons)
+        return out
 
 
 def kld_distribution(token_file: Path | str) -> dict[str, Any]:
@@ -217,16 +286,17 @@ def build_report(
     checkpoint: Checkpoint,
     reference: dict[str, Any] | None,
     noise_floor: dict[str, Any] | None,
-    artifacts: list[dict[str, Any]],
-    bench: dict[str, Any] | None,
+    artifacts: list[ArtifactRow],
+    bench: BenchResult | None,
     versions: dict[str, Any],
     levers: dict[str, Any] | None = None,
     repairs: list[dict[str, Any]] | None = None,
     memory: dict[str, Any] | None = None,
-    benches: dict[str, dict[str, Any]] | None = None,
+    benches: dict[str, BenchResult] | None = None,
 ) -> dict[str, Any]:
+    """report.json: the document every human report is rendered from (plain JSON: rows and results as stored)."""
     by_name = {t.name: t for t in targets}
-    rows = [_artifact_row(a, by_name.get(a["name"])) for a in artifacts]
+    rows = [_artifact_row(a.to_json(), by_name.get(a.name)) for a in artifacts]
     ref = _reference_summary(reference)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {
@@ -238,14 +308,15 @@ def build_report(
         "noise_floor": _noise_floor(noise_floor),
         "artifacts": rows,
         "findings": order_findings(rows),
-        "bench": bench,
+        "bench": bench.to_json() if bench is not None else None,
         "speed_only": _speed_only(checkpoint),
         "ladders": (levers or {}).get("ladders", []),
         "comparisons": (levers or {}).get("comparisons", []),
         "sensitivity": (levers or {}).get("sensitivity", []),
         "cache_repairs": repairs or [],
         "memory": memory,
-        "benches": benches or {},  # box → its bench (same layout as "bench"), from [[bench.boxes]]
+        # box → its bench (same layout as "bench"), from [[bench.boxes]]
+        "benches": {box: b.to_json() for box, b in (benches or {}).items()},
     }
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import EdgekitError, InstallError
+from edgekit.errors import EdgekitError, NotAnInstallRoot, NothingToRollBack
 from edgekit.manifest import verify_bundle
 from edgekit.ship.slots import InstallRoot, slot_summary
 from edgekit.ship.trust import TrustPolicy, box_policy, require_policy, verify_trusted
@@ -17,10 +17,7 @@ from edgekit.ship.trust import TrustPolicy, box_policy, require_policy, verify_t
 def open_root(root: Path) -> InstallRoot:
     box = InstallRoot(Path(root).absolute())
     if not box.slots.is_dir():
-        raise InstallError(
-            f"{root} is not an edgekit install root (it has no slots/)",
-            f"install a pack first: edgekit install NAME-RELEASE.edgekit --root {root}",
-        )
+        raise NotAnInstallRoot(root)
     return box
 
 
@@ -75,10 +72,7 @@ def rollback(root: Path, *, trusted_keys: Sequence[Path] = ()) -> dict[str, Any]
         box.clean_abandoned()
         current, target = box.current(), box.previous()
         if target is None:
-            raise InstallError(
-                f"nothing to roll back to on {box.root}: no previous slot is kept",
-                "install the release you want with `edgekit install` (--allow-downgrade for an older one)",
-            )
+            raise NothingToRollBack(box.root)
         checked = verify_trusted(target, policy)  # it may have been changed while it was not running
         box.switch(target)
         box.record_switch(target, "rollback", int(checked.manifest.get("release", 0)))

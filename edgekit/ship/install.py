@@ -150,7 +150,7 @@ def _verified(partial: Path, policy: TrustPolicy, label: str) -> Checked:
         return verify_slot(partial, policy)
     except TrustError as exc:  # name the pack, not the temp folder it was unpacked into
         message = exc.message.replace(str(partial), "its bundle")
-        raise TrustError(f"pack {label}: {message}; nothing was installed", exc.hint) from None
+        raise exc.reworded(f"pack {label}: {message}; nothing was installed") from None
 
 
 def verify_slot(slot: Path, policy: TrustPolicy) -> Checked:
@@ -167,17 +167,8 @@ def check_release(before: Path | None, manifest: dict[str, Any], allow_downgrade
     except IntegrityError:
         return  # the running slot is damaged: anything verified is better
     old, new = int(running.get("release", 0)), int(manifest.get("release", 0))
-    if new < old:
-        raise DowngradeError(
-            f"{manifest['name']} release {new} is older than release {old}, which this box runs: a downgrade",
-            "to go back to the previous release use `edgekit rollback`; to install this one anyway, --allow-downgrade",
-        )
-    if new == old:
-        raise DowngradeError(
-            f"release {new} is already installed here with other content ({running['name']}): a new build needs "
-            "a higher release",
-            "build it with --release N (or [bundle] release in the recipe), or pass --allow-downgrade",
-        )
+    if new <= old:
+        raise DowngradeError(manifest["name"], new, old, running["name"])
 
 
 def smoke_test(slot: Path, timeout: float) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import MissingDependencyError, UsageError
+from edgekit.errors import MissingDependencyError, NotAKey, UsageError
 
 # The curves the OpenSSF model-signing library signs with (it refuses others, Ed25519 included).
 CURVES = ("secp256r1", "secp384r1", "secp521r1")
@@ -78,23 +78,15 @@ def _read(path: Path, kind: str) -> bytes:
         raise UsageError(f"cannot read the {kind} key {path}: {exc.strerror}", "check the path") from None
 
 
-def not_a_key(path: Path, kind: str, why: str) -> UsageError:
-    return UsageError(
-        f"{path} is not an ECDSA (P-256, P-384 or P-521) {kind} key in PEM format ({why})",
-        "make a key pair with `edgekit keygen` (edgekit.key is private, edgekit.pub goes to the boxes); "
-        "keys of edgekit 0.1 (Ed25519) are not supported by OpenSSF model signing",
-    )
-
-
 def check_private_key(path: Path) -> None:
     """Raise a UsageError naming the problem unless `path` is an unencrypted EC private key the signer takes."""
     serialization, ec = _crypto()
     try:
         key = serialization.load_pem_private_key(_read(path, "private"), password=None)
     except (ValueError, TypeError) as exc:
-        raise not_a_key(path, "private", str(exc).split("\n")[0]) from None
+        raise NotAKey(path, "private", str(exc).split("\n")[0]) from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in CURVES:
-        raise not_a_key(path, "private", f"it is a {type(key).__name__}")
+        raise NotAKey(path, "private", f"it is a {type(key).__name__}")
 
 
 def check_public_key(path: Path) -> str:
@@ -104,8 +96,8 @@ def check_public_key(path: Path) -> str:
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
-        raise not_a_key(path, "public", str(exc).split("\n")[0]) from None
+        raise NotAKey(path, "public", str(exc).split("\n")[0]) from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVES:
-        raise not_a_key(path, "public", f"it is a {type(key).__name__}")
+        raise NotAKey(path, "public", f"it is a {type(key).__name__}")
     pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(pem).hexdigest()

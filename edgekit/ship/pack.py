@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from edgekit._util.fsutil import ensure_free_space, fsync_dir
 from edgekit._util.hashing import sha256_file
-from edgekit.errors import MissingDependencyError, UsageError
+from edgekit.errors import MissingDependencyError, PackUnsigned, UsageError
 from edgekit.manifest import MANIFEST, SIGNATURE, verify_bundle
 
 SUFFIX = ".edgekit"
@@ -53,10 +53,7 @@ def pack_bundle(bundle: Path, out: Path | None = None, *, zstd: bool = False) ->
     manifest = verify_bundle(bundle)
     signature = bundle / SIGNATURE
     if signature.is_symlink() or not signature.is_file():
-        raise UsageError(
-            f"{bundle} is not signed: a box installs only bundles signed by a key it trusts",
-            f"sign it first: edgekit sign {bundle} --key edgekit.key",
-        )
+        raise PackUnsigned(bundle)
     members = [SIGNATURE, MANIFEST, *(f["path"] for f in manifest["files"])]
     target = _target(bundle, out, pack_name(manifest))
     ensure_free_space(target.parent, sum((bundle / m).stat().st_size for m in members) + 2**20)
@@ -107,7 +104,7 @@ def _compressed(raw: IO[bytes], zstd: bool) -> Iterator[IO[bytes]]:
         raise MissingDependencyError("the `zstandard` package (needed for --zstd)", "runtime") from None
     writer = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(raw, closefd=False)
     try:
-        yield writer  # type: ignore[misc]
+        yield writer
     finally:
         writer.flush(zstandard.FLUSH_FRAME)
         writer.close()

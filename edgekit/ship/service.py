@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from string import Template
-from typing import Any
 
 SERVICE = "edgekit.service"
 DEFAULT_ROOT = "/var/lib/edgekit"
@@ -64,13 +63,9 @@ WantedBy=multi-user.target
 """)
 
 
-def memory_max_mib(bench: dict[str, Any] | None, artifact: str, artifact_bytes: int) -> tuple[int, str]:
-    """MemoryMax for serving `artifact`, in MiB (a multiple of 64), and where it came from."""
-    measured = ((bench or {}).get("artifacts") or {}).get(artifact) or {}
-    peaks = [v for v in (measured.get("peak_rss_mib_by_sequences") or {}).values() if v] or [
-        measured.get("peak_rss_mib")
-    ]
-    peak = max((p for p in peaks if p), default=None)
+def memory_max_mib(peak: float | None, artifact: str, artifact_bytes: int) -> tuple[int, str]:
+    """MemoryMax for serving `artifact`, in MiB (a multiple of 64), and where it came from: the peak resident
+    memory a bench measured serving it (None: not benchmarked)."""
     if peak:
         why = f"the bench's peak RSS serving {artifact} ({peak:.0f} MiB) + {SERVE_OVERHEAD_MIB} MiB, × {HEADROOM}"
         base = peak

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import MissingDependencyError, TrustError
+from edgekit.errors import MissingDependencyError, NotASignature, TrustError, UnsignedBundle
 from edgekit.manifest import LOCAL_RUNTIME, SIGNATURE, verify_bundle
 from edgekit.ship.keys import check_private_key, check_public_key
 
@@ -97,10 +97,7 @@ def verify_signature(bundle: Path, public_keys: Sequence[Path]) -> Path:
 def _signature_file(bundle: Path) -> Path:
     signature = bundle / SIGNATURE
     if signature.is_symlink() or not signature.is_file():
-        raise TrustError(
-            f"{bundle} is not signed (no {SIGNATURE})",
-            f"sign it on the build machine: edgekit sign {bundle.name} --key edgekit.key",
-        )
+        raise UnsignedBundle(bundle, f"no {SIGNATURE}")
     return signature
 
 
@@ -124,9 +121,9 @@ def _verified_by(config: Any, bundle: Path, signature: Path, key: Path) -> bool:
                 f"{bundle} is not what was signed: {_differences(text)}",
                 "the bundle was changed after signing (or damaged); get it again from a trusted source",
             ) from None
-        raise _not_a_signature(signature, text) from None
+        raise NotASignature(signature, text.splitlines()[0][:200]) from None
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise _not_a_signature(signature, f"{type(exc).__name__}: {exc}") from None
+        raise NotASignature(signature, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]) from None
     return True
 
 
@@ -136,10 +133,3 @@ def _differences(text: str) -> str:
     for kind, names in re.findall(r"(Extra|Missing) files[^:]*: ([^\"'\]]+)", text):
         found += [f"{name.strip()} {'was added' if kind == 'Extra' else 'is missing'}" for name in names.split(",")]
     return "; ".join(found) or text.removeprefix("Signature mismatch: ")
-
-
-def _not_a_signature(signature: Path, why: str) -> TrustError:
-    return TrustError(
-        f"{signature} is not a readable OpenSSF model signature ({why.splitlines()[0][:200]})",
-        "sign the bundle again with `edgekit sign` (signatures of edgekit 0.1, manifest.sig, are not read)",
-    )

@@ -26,7 +26,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from edgekit._util.fsutil import abandoned, fsync_dir, lock_folder, write_bytes_atomic
-from edgekit.errors import InstallError, IntegrityError
+from edgekit.errors import ExitCode, InstallError, IntegrityError
 from edgekit.manifest import load_manifest
 
 STATE = "state.json"
@@ -34,7 +34,7 @@ HISTORY_KEPT = 100
 
 
 class RootBusyError(InstallError):
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def verify_trusted(bundle: Path, policy: TrustPolicy) -> Checked:
     try:
         key = verify_signature(bundle, policy.keys)
     except TrustError as exc:
-        raise TrustError(f"refused by this box's trust policy ({policy.source}): {exc.message}", exc.hint) from None
+        raise exc.reworded(f"refused by this box's trust policy ({policy.source}): {exc.message}") from None
     return Checked(manifest, key)
 
 

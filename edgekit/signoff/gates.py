@@ -8,16 +8,32 @@ inconclusive, never a pass.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from edgekit.signoff.metrics import Estimate
 
+
+class Verdict(StrEnum):
+    """What the sign-off says of an artifact (the text report.json and manifest.json hold)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    NOT_VALIDATED = "not validated"  # validation is off: nothing was measured
+    NOT_BUILT = "not built"  # an optional target its backend cannot take, or a ladder candidate never reached
+
+
+Direction = Literal["max", "min"]  # "max": passes when the metric is at most the threshold
+
 # gate name → (metric, direction): "max" passes when the metric is at most the threshold. The p99 gate
 # judges the exact coarse-grained KLD: the sampled-tail per-token KLD is an estimate whose noise inflates
 # quantiles and is not in their interval (see edgekit.signoff.metrics).
-GATE_METRICS: dict[str, tuple[str, str]] = {
+GATE_METRICS: dict[str, tuple[str, Direction]] = {
     "kld_mean_max": ("kld_mean", "max"),
     "kld_p99_max": ("kld_coarse_p99", "max"),
     "ppl_ratio_max": ("ppl_ratio", "max"),
@@ -48,17 +64,77 @@ class Gates(BaseModel):
         return self.model_dump()
 
 
-def judge(estimate: Estimate, threshold: float, direction: str) -> str:
+class Measured(Protocol):
+    """What the gates judge: the metrics with their intervals and the task accuracies (`Estimate.to_dict()` each)."""
+
+    @property
+    def metrics(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def tasks(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+@dataclass
+class Summary:
+    """Metrics and task accuracies with their intervals (`edgekit.signoff.scoring.summarise`); after sequential
+    looks, how far they went (`sequential`)."""
+
+    metrics: dict[str, dict[str, Any]]
+    tasks: dict[str, dict[str, Any]]
+    sequential: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One gate judged against one metric's interval."""
+
+    gate: str
+    metric: str  # the metric's label: "kld_mean", "task_drop[cloze]"
+    threshold: float
+    direction: Direction
+    value: float
+    low: float | None
+    high: float | None
+    n: int
+    unit: str
+    verdict: Verdict
+    level: float | None = None  # the interval's coverage when it is not 95% (sequential looks)
+    n_to_decide: int | None = None  # inconclusive: the sample size that would decide it at this effect
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"gate": self.gate, "metric": self.metric, "threshold": self.threshold,
+                               "direction": self.direction, "value": self.value, "ci95": [self.low, self.high],
+                               "n": self.n, "unit": self.unit, "verdict": self.verdict}  # fmt: skip
+        if self.level is not None:
+            out["level"] = self.level
+        if self.verdict == Verdict.INCONCLUSIVE:
+            out["n_to_decide"] = self.n_to_decide
+        return out
+
+
+@dataclass
+class Judgement:
+    """Every gate's check, the artifact's verdict and, for each check that did not pass, why."""
+
+    verdict: Verdict
+    checks: list[Check] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checks": [c.to_json() for c in self.checks], "verdict": self.verdict, "reasons": list(self.reasons)}
+
+
+def judge(estimate: Estimate, threshold: float, direction: Direction) -> Verdict:
     """pass / fail when the whole 95% interval is on one side of the threshold, else inconclusive."""
     low = estimate.low if estimate.low is not None else estimate.value
     high = estimate.high if estimate.high is not None else estimate.value
     if direction == "max":
         if high <= threshold:
-            return "pass"
-        return "fail" if low > threshold else "inconclusive"
+            return Verdict.PASS
+        return Verdict.FAIL if low > threshold else Verdict.INCONCLUSIVE
     if low >= threshold:
-        return "pass"
-    return "fail" if high < threshold else "inconclusive"
+        return Verdict.PASS
+    return Verdict.FAIL if high < threshold else Verdict.INCONCLUSIVE
 
 
 def sample_to_decide(estimate: Estimate, threshold: float) -> int | None:
@@ -76,81 +152,62 @@ def sample_to_decide(estimate: Estimate, threshold: float) -> int | None:
     return max(estimate.n + 1, math.ceil(round(estimate.n * (width / gap) ** 2, 6)))
 
 
-def overall_verdict(checks: list[dict[str, Any]]) -> str:
-    verdicts = {c["verdict"] for c in checks}
-    if "fail" in verdicts:
-        return "fail"
-    if "inconclusive" in verdicts:
-        return "inconclusive"
-    return "pass"
+def overall_verdict(checks: list[Check]) -> Verdict:
+    verdicts = {c.verdict for c in checks}
+    if Verdict.FAIL in verdicts:
+        return Verdict.FAIL
+    if Verdict.INCONCLUSIVE in verdicts:
+        return Verdict.INCONCLUSIVE
+    return Verdict.PASS
 
 
-def _estimates(result: dict[str, Any], metric: str) -> list[tuple[str, dict[str, Any]]]:
+def _estimates(measured: Measured, metric: str) -> list[tuple[str, Mapping[str, Any]]]:
     if metric == "task_drop":
-        return [(f"task_drop[{name}]", t["drop"]) for name, t in result["tasks"].items()]
-    return [(metric, result["metrics"][metric])]
+        return [(f"task_drop[{name}]", t["drop"]) for name, t in measured.tasks.items()]
+    return [(metric, measured.metrics[metric])]
 
 
-def judge_artifact(result: dict[str, Any], gates: Gates) -> dict[str, Any]:
-    """Every gate's check and the artifact's verdict, from a validate result."""
+def judge_artifact(measured: Measured, gates: Gates) -> Judgement:
+    """Every gate's check and the artifact's verdict, from a validate result (or a look's summary)."""
     checks = []
     for gate, threshold in gates.model_dump().items():
         if threshold is None:
             continue
         metric, direction = GATE_METRICS[gate]
-        for label, est in _estimates(result, metric):
+        for label, est in _estimates(measured, metric):
             checks.append(_check(gate, label, threshold, direction, est))
     if not checks:
         # No threshold means nothing was checked: that is not a pass.
-        return {
-            "checks": [],
-            "verdict": "inconclusive",
-            "reasons": ["no accuracy gates are set for this scheme; set [validation.gates] or [targets.gates]"],
-        }
-    return {"checks": checks, "verdict": overall_verdict(checks), "reasons": _reasons(checks)}
+        reason = "no accuracy gates are set for this scheme; set [validation.gates] or [targets.gates]"
+        return Judgement(Verdict.INCONCLUSIVE, [], [reason])
+    return Judgement(overall_verdict(checks), checks, _reasons(checks))
 
 
-def _check(gate: str, metric: str, threshold: float, direction: str, est: dict[str, Any]) -> dict[str, Any]:
+def _check(gate: str, metric: str, threshold: float, direction: Direction, est: Mapping[str, Any]) -> Check:
     e = Estimate(est["value"], est["ci95"][0], est["ci95"][1], est["n"], est.get("unit", "tokens"))
-    check = {
-        "gate": gate,
-        "metric": metric,
-        "threshold": threshold,
-        "direction": direction,
-        "value": e.value,
-        "ci95": [e.low, e.high],
-        "n": e.n,
-        "unit": e.unit,
-        "verdict": judge(e, threshold, direction),
-    }
-    if est.get("level") is not None:
-        check["level"] = est["level"]
-    if check["verdict"] == "inconclusive":
-        check["n_to_decide"] = sample_to_decide(e, threshold)
-    return check
+    verdict = judge(e, threshold, direction)
+    more = sample_to_decide(e, threshold) if verdict == Verdict.INCONCLUSIVE else None
+    return Check(gate, metric, threshold, direction, e.value, e.low, e.high, e.n, e.unit, verdict,
+                 est.get("level"), more)  # fmt: skip
 
 
-def counts_as_failed(verdict: str, on_inconclusive: str) -> bool:
-    return verdict == "fail" or (verdict == "inconclusive" and on_inconclusive == "fail")
+def counts_as_failed(verdict: Verdict, on_inconclusive: str) -> bool:
+    return verdict == Verdict.FAIL or (verdict == Verdict.INCONCLUSIVE and on_inconclusive == "fail")
 
 
-def _reasons(checks: list[dict[str, Any]]) -> list[str]:
+def _reasons(checks: list[Check]) -> list[str]:
     reasons = []
     for c in checks:
-        low, high = c["ci95"]
-        level = f"{100 * c.get('level', 0.95):.4g}%"
-        span = f"{level} CI {low:.4g}–{high:.4g}, n={c['n']}" if low is not None else f"n={c['n']}"
-        if c["verdict"] == "fail":
-            sign = ">" if c["direction"] == "max" else "<"
-            reasons.append(f"{c['metric']} = {c['value']:.4g} ({span}) {sign} {c['threshold']:g}")
-        elif c["verdict"] == "inconclusive":
-            more = c.get("n_to_decide")
+        level = f"{100 * (c.level or 0.95):.4g}%"
+        span = f"{level} CI {c.low:.4g}–{c.high:.4g}, n={c.n}" if c.low is not None else f"n={c.n}"
+        if c.verdict == Verdict.FAIL:
+            sign = ">" if c.direction == "max" else "<"
+            reasons.append(f"{c.metric} = {c.value:.4g} ({span}) {sign} {c.threshold:g}")
+        elif c.verdict == Verdict.INCONCLUSIVE:
             decide = (
-                f"; about {more:,} {c.get('unit', 'tokens')} would decide it at this effect"
-                if more
+                f"; about {c.n_to_decide:,} {c.unit} would decide it at this effect"
+                if c.n_to_decide
                 else "; the value sits on the threshold"
             )
-            reasons.append(
-                f"{c['metric']} = {c['value']:.4g}: its {span} straddles the threshold {c['threshold']:g}{decide}"
-            )
+            reasons.append(f"{c.metric} = {c.value:.4g}: its {span} straddles the threshold {c.threshold:g}{decide}")
     return reasons

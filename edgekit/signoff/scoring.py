@@ -28,6 +28,7 @@ from edgekit.signoff.evaldata import (
     score_item,
     task_correct,
 )
+from edgekit.signoff.gates import Summary
 from edgekit.signoff.metrics import (
     LEVEL,
     ReferenceSlice,
@@ -51,6 +52,8 @@ class LogitsRunner(Protocol):
 
     def tokenize(self, text: str) -> list[int]: ...
 
+    def detokenize(self, ids: Sequence[int]) -> bytes: ...
+
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Return float32 logits of shape (len(ids), vocab) for `ids` evaluated from an empty context."""
         ...
@@ -70,7 +73,7 @@ class Reference:
     cloze_correct: np.ndarray
     tasks: list[ChoiceTask]
     task_scores: dict[str, list[ItemScore]]
-    meta: dict[str, Any]
+    completions: list[dict[str, Any]]  # the reference's greedy completions of the prompts (none when streamed)
 
     def window_slice(self, i: int) -> ReferenceSlice:
         per = self.windows.scored_per_window
@@ -172,7 +175,7 @@ def load_evaluation(path: Path, task_scores: dict[str, list[list[Any]]]) -> Eval
 
 def summarise(
     evaluation: Evaluation, ref: Reference, resamples: int, block_tokens: int, seed: int, level: float = LEVEL
-) -> dict[str, Any]:
+) -> Summary:
     """Metrics with intervals at `level`; the evaluation may cover the first windows only (a sequential look)."""
     metrics = token_metrics(evaluation.tokens, block_tokens, resamples, seed, level)
     tasks: dict[str, Any] = {}
@@ -190,4 +193,4 @@ def summarise(
             "questions": task.questions,
             "acc_norm": {k: v.to_dict() for k, v in norm.items()},
         }
-    return {"metrics": {k: v.to_dict() for k, v in metrics.items()}, "tasks": tasks}
+    return Summary({k: v.to_dict() for k, v in metrics.items()}, tasks)

@@ -13,10 +13,8 @@ Pocock's or O'Brien–Fleming's spend α unevenly but need the joint distributio
 
 from __future__ import annotations
 
-from typing import Any
-
 from edgekit.observe.progress import Progress
-from edgekit.signoff.gates import Gates, judge_artifact
+from edgekit.signoff.gates import Check, Gates, Summary, Verdict, judge_artifact
 from edgekit.signoff.scoring import (
     Evaluation,
     LogitsRunner,
@@ -42,8 +40,8 @@ def look_level(alpha: float, looks: int) -> float:
     return 1 - alpha / looks
 
 
-def undecided(checks: list[dict[str, Any]]) -> list[str]:
-    return [c["metric"] for c in checks if c["verdict"] == "inconclusive"]
+def undecided(checks: list[Check]) -> list[str]:
+    return [c.metric for c in checks if c.verdict == Verdict.INCONCLUSIVE]
 
 
 def evaluate_until_decided(
@@ -55,7 +53,7 @@ def evaluate_until_decided(
     bootstrap: tuple[int, int, int],
     progress: Progress,
     label: str,
-) -> tuple[Evaluation, dict[str, Any]]:
+) -> tuple[Evaluation, Summary]:
     """Score look by look; return the evaluation and summary at the look where evaluation stopped.
 
     `bootstrap`: (resamples, block tokens, seed). The summary carries `sequential`: the looks taken,
@@ -71,12 +69,12 @@ def evaluate_until_decided(
         done = end
         evaluation = scores.evaluation(tasks)
         summary = summarise(evaluation, ref, *bootstrap, level=level)
-        open_gates = undecided(judge_artifact(summary, gates)["checks"])
+        open_gates = undecided(judge_artifact(summary, gates).checks)
         history.append({"look": look, "windows": end, "undecided": open_gates})
         if not open_gates:
             break
         progress.log(f"validate  {label}: look {look} of {len(bounds)} leaves {', '.join(open_gates)} undecided")
-    summary["sequential"] = {
+    summary.sequential = {
         "method": METHOD,
         "looks": len(history),
         "max_looks": len(bounds),

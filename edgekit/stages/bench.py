@@ -70,19 +70,19 @@ max, n} summary; units are in the key names (tok_s = tokens per second, ms, mib 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from edgekit.plan.tasks import BenchTask
+from edgekit.plan.tasks import BenchTask, QuantizeTask
 from edgekit.runtime import machine
 from edgekit.runtime.bench.benchmark import Benchmark
-from edgekit.runtime.bench.results import BenchTarget
+from edgekit.runtime.bench.results import BenchResult, BenchTarget
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.signoff.gates import counts_as_failed, judge_artifact
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
+from edgekit.store.results import ValidateResult
 
 
-def run(task: BenchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: BenchTask, ctx: StageContext, out: Path) -> BenchResult:
     settings = BenchSettings(**task.settings)
     targets = []
     for q in _measured(task, ctx):
@@ -91,19 +91,19 @@ def run(task: BenchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         targets.append(BenchTarget(a.name, a.path, a.backend, a.scheme, details.get("bytes_per_token"),
                                    details.get("tensor_types")))  # fmt: skip
     if not targets:
-        return {"artifacts": {}, "skipped": "every artifact failed its gates (exclude_failed)"}
+        return BenchResult(artifacts={}, skipped="every artifact failed its gates (exclude_failed)")
     with ctx.progress.task(f"bench  {len(targets)} artifacts on {machine.cpu_model()}") as progress:
         return Benchmark(targets, settings, log=progress.update).run()
 
 
-def _measured(task: BenchTask, ctx: StageContext) -> list[Any]:
+def _measured(task: BenchTask, ctx: StageContext) -> list[QuantizeTask]:
     """The artifacts to measure: all of them, or with `exclude_failed` those whose gates did not fail."""
     if task.exclusion is None:
         return list(task.artifacts)
     kept = []
     exclusion = task.exclusion
     for q, v, gates in zip(task.artifacts, exclusion.validations, exclusion.gates, strict=True):
-        verdict = judge_artifact(ctx.entry(v).result, gates)["verdict"]
+        verdict = judge_artifact(ValidateResult.of(ctx.entry(v)), gates).verdict
         if not counts_as_failed(verdict, exclusion.on_inconclusive):
             kept.append(q)
     return kept

@@ -28,14 +28,17 @@ from typing import Any
 from edgekit import __version__
 from edgekit._util.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
 from edgekit._util.hashing import copy_hashed, file_records, sha256_json
-from edgekit.errors import CorruptCacheEntry
+from edgekit.errors import CorruptCacheEntry, DamagedFile
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
+from edgekit.runtime.bench.results import BenchResult
 from edgekit.runtime.config import BOX_DIR, render_runtime_toml
 from edgekit.ship import service
+from edgekit.signoff.gates import Verdict
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 from edgekit.store.cache import CacheEntry
 from edgekit.store.records import Artifact, Checkpoint
+from edgekit.store.results import SmokeResult
 
 # tokenizer/ in the bundle: the tokenizer files, and the configs that say how it is used (BOS, EOS).
 BUNDLED_TOKENIZER = (*TOKENIZER_FILES, "generation_config.json", "config.json")
@@ -61,11 +64,11 @@ def stage_files(
     artifacts: list[Artifact],
     checkpoint: Checkpoint,
     runtime: dict[str, Any],
-    verdicts: dict[str, str],
+    verdicts: dict[str, Verdict],
 ) -> list[dict[str, Any]]:
     """Copy the artifacts, tokenizer, recipe, runtime config and launcher into `tmp`; return the artifact records."""
     ensure_free_space(tmp.parent, sum(a.size for a in artifacts) + 16 * 2**20)
-    damaged: list[dict[str, str]] = []
+    damaged: list[DamagedFile] = []
     records = [_artifact_record(tmp, a, verdicts, damaged) for a in artifacts]
     if damaged:  # the pipeline drops and rebuilds these entries, then stages the bundle again
         raise CorruptCacheEntry(damaged)
@@ -87,21 +90,26 @@ def add_ship_files(
     task: BundleTask,
     records: list[dict[str, Any]],
     entries: dict[str, CacheEntry],
-    benches: list[dict[str, Any] | None],
+    benches: list[BenchResult],
     default: str,
 ) -> None:
     """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit
     (its memory limit from the largest peak any bench measured: this machine's or each [[bench.boxes]]')."""
-    smoke = {t.name: entries[t.smoke.key].result for t in task.targets if t.smoke is not None}
+    smoke = {t.name: SmokeResult.of(entries[t.smoke.key]) for t in task.targets if t.smoke is not None}
     for record in records:
-        record["smoke"] = smoke.get(record["name"], {"skipped": "not recorded"})
+        record["smoke"] = smoke.get(record["name"], SmokeResult(skipped="not recorded")).to_json()
     size = next((r["size"] for r in records if r["name"] == default), 0)
-    memory, why = max((service.memory_max_mib(b, default, size) for b in benches or [None]), key=lambda m: m[0])
+    peaks = [b.peak_rss_mib(default) for b in benches] or [None]
+    memory, why = max((service.memory_max_mib(peak, default, size) for peak in peaks), key=lambda m: m[0])
     write_text_atomic(tmp / service.SERVICE, service.render_unit(task.name, __version__, memory, why))
 
 
 def stage_box_runtimes(
-    tmp: Path, task: BundleTask, artifacts: list[Artifact], verdicts: dict[str, str], benches: dict[str, Any]
+    tmp: Path,
+    task: BundleTask,
+    artifacts: list[Artifact],
+    verdicts: dict[str, Verdict],
+    benches: dict[str, BenchResult],
 ) -> None:
     """runtime/<box>.toml for each box benchmarked: what its bench measured, and the box's labels to match it by."""
     for bench_task in task.box_benches:
@@ -114,7 +122,7 @@ def stage_box_runtimes(
 
 
 def _artifact_record(
-    tmp: Path, artifact: Artifact, verdicts: dict[str, str], damaged: list[dict[str, str]]
+    tmp: Path, artifact: Artifact, verdicts: dict[str, Verdict], damaged: list[DamagedFile]
 ) -> dict[str, Any]:
     rel = Path("models") / artifact_filename(artifact)
     files = _copy_verified(artifact, tmp / rel, damaged)
@@ -127,7 +135,7 @@ def _artifact_record(
         "sha256": files[0]["sha256"] if artifact.path.is_file() else sha256_json(files),
         "tensor_types": artifact.details.get("tensor_types", {}),
         "bits_per_weight": artifact.details.get("bits_per_weight"),
-        "verdict": verdicts.get(artifact.name, "not validated"),
+        "verdict": verdicts.get(artifact.name, Verdict.NOT_VALIDATED),
         "details": {k: v for k, v in artifact.details.items() if k not in ("tensor_types",)},
         "cache_key": artifact.key,
     }
@@ -161,15 +169,15 @@ def seal_manifest(
 def runtime_values(
     task: BundleTask,
     artifacts: list[Artifact],
-    verdicts: dict[str, str],
-    bench: dict[str, Any] | None,
+    verdicts: dict[str, Verdict],
+    bench: BenchResult | None,
     threads: int | None = None,
 ) -> dict[str, Any]:
     """runtime.toml: the recipe's defaults and this machine's (or the box's) cores, then what the bench measured."""
     from edgekit.runtime.bench.derive import derive_runtime
 
     defaults = task.runtime_defaults
-    passing = [a for a in artifacts if verdicts.get(a.name, "pass") == "pass"]
+    passing = [a for a in artifacts if verdicts.get(a.name, Verdict.PASS) == Verdict.PASS]
     chosen = (passing or artifacts)[0]
     values: dict[str, Any] = {
         "artifact": chosen.name,
@@ -182,14 +190,14 @@ def runtime_values(
     if bench:
         base = dict(values)
         values.update(derive_runtime(bench, chosen.name, base))
-        others = [a.name for a in artifacts if a.name != chosen.name and (bench.get("artifacts") or {}).get(a.name)]
+        others = [a.name for a in artifacts if a.name != chosen.name and bench.figures(a.name)]
         # each other artifact as the bench measured it: its own threads and concurrency (per backend)
         per_artifact = {name: derive_runtime(bench, name, base) for name in others}
         values["artifacts"] = {name: v for name, v in per_artifact.items() if "n_threads" in v}
     return values
 
 
-def _copy_verified(artifact: Artifact, dst: Path, damaged: list[dict[str, str]]) -> list[dict[str, Any]]:
+def _copy_verified(artifact: Artifact, dst: Path, damaged: list[DamagedFile]) -> list[dict[str, Any]]:
     """Copy the artifact out of its cache entry, hashing while copying; every file must have the sha256 its
     entry recorded when it was made (a same-size corruption passes the cache's size check, not this one)."""
     src = artifact.path
@@ -203,8 +211,8 @@ def _copy_verified(artifact: Artifact, dst: Path, damaged: list[dict[str, str]])
         os.chmod(target, 0o644)
         recorded = artifact.recorded_sha256(path)
         if recorded is not None and recorded != found:
-            damaged.append({"artifact": artifact.name, "key": artifact.key, "file": path.relative_to(src.parent)
-                            .as_posix(), "recorded_sha256": recorded, "found_sha256": found})  # fmt: skip
+            damaged.append(DamagedFile(artifact.name, artifact.key, path.relative_to(src.parent).as_posix(), recorded,
+                                       found))  # fmt: skip
         files.append({"path": rel, "size": target.stat().st_size, "sha256": found})
     return files
 

@@ -1,10 +1,9 @@
-"""What a stage function may use besides its task: the records of its upstream tasks, progress, threads, tools."""
+"""What a stage function may use besides its task: the build's environment, progress, and its upstream records."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.backends.base import BuildEnv
@@ -17,15 +16,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class StageContext:
-    cache_root: Path
+    env: BuildEnv  # the cache root (where tools are cached), threads, llama.cpp: what a backend is given too
     progress: Progress
-    threads: int
-    llama_cpp_dir: str | None
     records: Mapping[str, CacheEntry]  # the entries of upstream tasks, by key
 
     def entry(self, task: Task) -> CacheEntry:
         return self.records[task.key]
 
     @property
-    def env(self) -> BuildEnv:
-        return BuildEnv(cache_root=self.cache_root, llama_cpp_dir=self.llama_cpp_dir, threads=self.threads)
+    def threads(self) -> int:
+        """The build's thread count (a plan always sets it)."""
+        return self.env.threads or 1

@@ -7,15 +7,15 @@ quantizes from the same converted model.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from edgekit.backends.catalog import build_backend
 from edgekit.plan.tasks import ConvertTask
 from edgekit.stages import fetch
 from edgekit.stages.context import StageContext
+from edgekit.store.results import ConvertResult
 
 
-def run(task: ConvertTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: ConvertTask, ctx: StageContext, out: Path) -> ConvertResult:
     backend = build_backend(task.backend)
     backend.require()
     if task.direct:
@@ -24,4 +24,4 @@ def run(task: ConvertTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         checkpoint = fetch.checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
         assert checkpoint is not None  # a fetch entry holds its checkpoint folder
         backend.convert(checkpoint, out, ctx.env, ctx.progress, task.provenance)
-    return {"backend": task.backend, "from": "the GGUF source file" if task.direct else "the fetched checkpoint"}
+    return ConvertResult(task.backend, "the GGUF source file" if task.direct else "the fetched checkpoint")

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.hashing import sha256_file
@@ -25,16 +24,18 @@ from edgekit.sources.local import checkpoint_files
 from edgekit.sources.synthetic import SyntheticSpec
 from edgekit.sources.tokenizer import TOKENIZER_FILES
 from edgekit.stages.context import StageContext
+from edgekit.store.cache import CacheEntry
 from edgekit.store.records import Checkpoint, SourceFile
+from edgekit.store.results import FetchResult
 
 CHECKPOINT_DIR = "checkpoint"
 
 
-def run(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: FetchTask, ctx: StageContext, out: Path) -> FetchResult:
     result = _materialise(task, ctx, out / CHECKPOINT_DIR)
     if task.tokenizer is not None:
         _replace_tokenizer(task.tokenizer, out / CHECKPOINT_DIR)
-        result["notes"] = [*result.get("notes", []), f"tokenizer files from {task.tokenizer.uri} ([model] tokenizer)"]
+        result.notes = [*result.notes, f"tokenizer files from {task.tokenizer.uri} ([model] tokenizer)"]
     return result
 
 
@@ -48,7 +49,7 @@ def _replace_tokenizer(tokenizer: TokenizerSource, checkpoint: Path) -> None:
             raise SourceError(f"{tokenizer.uri}: {f.path} changed while it was being copied", "run the build again")
 
 
-def _materialise(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def _materialise(task: FetchTask, ctx: StageContext, out: Path) -> FetchResult:
     if task.synthetic is not None:
         with ctx.progress.task(f"fetch  write random weights ({task.synthetic.name}, seed {task.synthetic.seed})"):
             return _materialise_synthetic(task, task.synthetic, out)
@@ -60,27 +61,26 @@ def _materialise(task: FetchTask, ctx: StageContext, out: Path) -> dict[str, Any
         with ctx.progress.task(f"fetch  hf://{hub.repo_id(task.uri)}@{task.revision}"):
             folder = hub.snapshot(task.uri, str(task.revision), task.allow_patterns, task.allow_pickle)
         chosen = checkpoint_files(folder, task.allow_pickle, task.uri)
-        files = tuple(source_file(p, p.relative_to(folder).as_posix(), ctx.cache_root) for p in chosen)
-        hub.check_recorded_hashes(ctx.cache_root, task.uri, str(task.revision), files)
+        files = tuple(source_file(p, p.relative_to(folder).as_posix(), ctx.env.cache_root) for p in chosen)
+        hub.check_recorded_hashes(ctx.env.cache_root, task.uri, str(task.revision), files)
     with ctx.progress.task(f"fetch  materialise checkpoint ({task.kind})"):
-        result = _materialise_folder(task.uri, folder, files, out)
-    return {**result, "files": [f.to_dict() for f in files]}
+        notes = _materialise_folder(task.uri, folder, files, out)
+    return FetchResult(notes=notes, files=list(files))
 
 
-def checkpoint(task: FetchTask, entry: Any | None) -> Checkpoint:
+def checkpoint(task: FetchTask, entry: CacheEntry | None) -> Checkpoint:
     """The checkpoint a finished fetch entry holds; without one (nothing needed the dequantized checkpoint of a
     GGUF source), the source's provenance alone, with no folder."""
-    result = entry.result if entry is not None else {"reconstructed_from": task.reconstructed_from}
-    files = tuple(SourceFile(**f) for f in result.get("files", [])) or task.files
+    result = FetchResult.of(entry) if entry is not None else FetchResult(reconstructed_from=task.reconstructed_from)
     package = (f"source package: {task.package}",) if task.package else ()
     return Checkpoint(
         path=entry.path / CHECKPOINT_DIR if entry is not None else None,
         key=task.key,
         uri=task.uri,
         revision=task.revision,
-        files=files,
-        reconstructed_from=result.get("reconstructed_from"),
-        notes=tuple(result.get("notes", [])) + package,
+        files=tuple(result.files or ()) or task.files,
+        reconstructed_from=result.reconstructed_from,
+        notes=tuple(result.notes) + package,
         speed_only=task.synthetic is not None,
     )
 
@@ -98,7 +98,8 @@ def _link_or_copy(src: Path, dst: Path) -> None:
     shutil.copy2(src.resolve(), dst)
 
 
-def _materialise_folder(uri: str, folder: Path, files: tuple[SourceFile, ...], out: Path) -> dict[str, Any]:
+def _materialise_folder(uri: str, folder: Path, files: tuple[SourceFile, ...], out: Path) -> list[str]:
+    """Link or copy `files` of `folder` into `out`, checked against their hashes; what was done to them."""
     ensure_free_space(out.parent, sum(f.size for f in files))
     for f in files:
         _link_or_copy(folder / f.path, out / f.path)
@@ -113,20 +114,19 @@ def _materialise_folder(uri: str, folder: Path, files: tuple[SourceFile, ...], o
             continue
         if sha256_file(out / f.path) != f.sha256:
             raise SourceError(f"{uri}: {f.path} changed while it was being copied", "run the build again")
-    return {"notes": notes}
+    return notes
 
 
-def _materialise_synthetic(task: FetchTask, spec: SyntheticSpec, out: Path) -> dict[str, Any]:
+def _materialise_synthetic(task: FetchTask, spec: SyntheticSpec, out: Path) -> FetchResult:
     """The small files written at planning time, and the weights drawn from the spec's seed."""
-    result = _materialise_folder(task.uri, Path(task.location), task.files, out)
+    _materialise_folder(task.uri, Path(task.location), task.files, out)
     vocab = int(json.loads((out / "config.json").read_text(encoding="utf-8"))["vocab_size"])
     ensure_free_space(out, 2 * spec.parameters(vocab))
     written = synthetic.write_weights(spec, vocab, out)
-    return {**result, "notes": [synthetic.describe(spec, vocab)], "synthetic": written,
-            "files": [f.to_dict() for f in task.files]}  # fmt: skip
+    return FetchResult(notes=[synthetic.describe(spec, vocab)], synthetic=written, files=list(task.files))
 
 
-def _materialise_gguf(path: Path, out: Path) -> dict[str, Any]:
+def _materialise_gguf(path: Path, out: Path) -> FetchResult:
     """Dequantize a GGUF into an FP16 safetensors checkpoint with transformers' GGUF loader."""
     from edgekit.sources.gguf import gguf_to_hf_checkpoint
 
@@ -140,12 +140,12 @@ def _materialise_gguf(path: Path, out: Path) -> dict[str, Any]:
             "this GGUF architecture may not be supported by transformers' GGUF loader; use a Hugging Face "
             "checkpoint as the source instead",
         ) from exc
-    return {
-        "reconstructed_from": f"GGUF {described['file_type']}",
-        "notes": [
+    return FetchResult(
+        reconstructed_from=f"GGUF {described['file_type']}",
+        notes=[
             f"the reference and every artifact start from weights dequantized from a {described['file_type']} "
             "GGUF file; accuracy is measured against that reconstruction, not against the original "
             "full-precision model"
         ],
-        "gguf": described,
-    }
+        gguf=described,
+    )

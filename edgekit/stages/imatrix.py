@@ -9,16 +9,16 @@ candidate) of the same model shares it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from edgekit.backends.gguf.backend import F16_FILE
 from edgekit.backends.gguf.llama_tools import IMATRIX_FILE, compute_imatrix, imatrix_summary
 from edgekit.errors import StageError
 from edgekit.plan.tasks import ImatrixTask
 from edgekit.stages.context import StageContext
+from edgekit.store.results import ImatrixResult
 
 
-def run(task: ImatrixTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: ImatrixTask, ctx: StageContext, out: Path) -> ImatrixResult:
     model = ctx.entry(task.converted).path / F16_FILE
     cal = task.calibration
     what = f"imatrix  {task.chunks} windows of {task.context} tokens, tokens {cal.start:,}–{cal.end:,} (llama-imatrix)"
@@ -29,4 +29,4 @@ def run(task: ImatrixTask, ctx: StageContext, out: Path) -> dict[str, Any]:
             raise StageError("imatrix", exc.message.removeprefix("[imatrix] "), f"tokens {cal.start:,}–{cal.end:,} "
                              f"of {cal.origin} must hold {task.chunks} windows of {task.context} tokens as llama.cpp "
                              "tokenizes them: lower imatrix_chunks or imatrix_context") from None  # fmt: skip
-    return {"path": IMATRIX_FILE, **imatrix_summary(out / IMATRIX_FILE), "calibration": cal.record()}
+    return ImatrixResult(IMATRIX_FILE, cal.record(), imatrix_summary(out / IMATRIX_FILE))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from edgekit.backends.base import QuantizeInputs
 from edgekit.backends.catalog import build_backend
@@ -11,14 +10,15 @@ from edgekit.plan.tasks import QuantizeTask
 from edgekit.stages.context import StageContext
 from edgekit.store.cache import CacheEntry
 from edgekit.store.records import Artifact
+from edgekit.store.results import ImatrixResult, QuantizeResult
 
 
-def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: QuantizeTask, ctx: StageContext, out: Path) -> QuantizeResult:
     backend = build_backend(task.backend)
     imatrix = None
     if task.imatrix is not None:  # only backends whose `quantize_needs()` ask for a matrix get one
         entry = ctx.entry(task.imatrix)
-        imatrix = entry.path / entry.result["path"]
+        imatrix = entry.path / ImatrixResult.of(entry).path
     inputs = QuantizeInputs(
         converted=ctx.entry(task.converted).path,
         scheme=task.scheme,
@@ -34,19 +34,20 @@ def run(task: QuantizeTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         details["calibration"] = {**(details.get("calibration") or {}), **task.calibration.record()}
     if task.imatrix is not None:  # the matrix read the calibration range: the sign-off lists it like any other
         details["calibration"] = task.imatrix.calibration.record()
-        recorded = {k: v for k, v in ctx.entry(task.imatrix).result.items() if k != "path"}
+        recorded = ImatrixResult.of(ctx.entry(task.imatrix)).record()
         details["imatrix"] = {**recorded, "cache_key": task.imatrix.key, "written": details.get("imatrix", {})}
-    return {"path": relpath, "details": details}
+    return QuantizeResult(relpath, details)
 
 
 def artifact(task: QuantizeTask, entry: CacheEntry) -> Artifact:
     """The artifact a finished quantize entry holds."""
+    result = QuantizeResult.of(entry)
     return Artifact(
         name=task.name,
         backend=task.backend,
         scheme=task.scheme,
-        path=entry.path / entry.result["path"],
+        path=entry.path / result.path,
         key=entry.key,
-        details=entry.result["details"],
+        details=result.details,
         recorded={f["path"]: f["sha256"] for f in entry.files},  # relative to the entry folder
     )

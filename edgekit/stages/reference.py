@@ -39,13 +39,13 @@ from edgekit.signoff.scoring import (
 )
 from edgekit.stages.context import StageContext
 from edgekit.store.cache import CacheEntry
+from edgekit.store.results import NoiseFloorRecord, ReferenceResult
 
-STAGE = "reference"
 NOISE_FILE = "noise_floor.npz"
 STREAM_DIR = ".stream"  # the streamed pass's hidden states, removed before the entry is published
 
 
-def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: ReferenceTask, ctx: StageContext, out: Path) -> ReferenceResult:
     from edgekit.reference.torch_runner import resolve_device
     from edgekit.stages.fetch import checkpoint
 
@@ -68,30 +68,29 @@ def run(task: ReferenceTask, ctx: StageContext, out: Path) -> dict[str, Any]:
             vocab_size = runner.vocab_size
         finally:
             runner.close()
-        result: dict[str, Any] = {
-            "device": device.device,
-            "dtype": device.dtype,
-            "device_name": device.name,
-            "context_length": windows.length,
-            "first_scored": windows.first_scored,
-            "tokens": len(windows.ids),
-            "windows": windows.count,
-            "scored_tokens": windows.scored_total,
-            "top_k": k,
-            "tail_samples": s,
-            "vocab_size": vocab_size,
-            "text": {"origin": task.eval.text.origin, "sha256": task.eval.text.sha256},
-            "cloze": {"items": [[c.window, c.start, c.end] for c in task.eval.cloze], "reference_correct": correct},
-            "tasks": task_records,
-            "completions": completions,
-            "reference_seconds": round(time.time() - started, 2),
-            "storage_bytes_per_token": (k + s) * 8 + 4,
-            "memory": memory.as_record(),
-            "noise_floor": None,
-        }
+        result = ReferenceResult(
+            device=device.device,
+            dtype=device.dtype,
+            device_name=device.name,
+            context_length=windows.length,
+            first_scored=windows.first_scored,
+            tokens=len(windows.ids),
+            windows=windows.count,
+            scored_tokens=windows.scored_total,
+            top_k=k,
+            tail_samples=s,
+            vocab_size=vocab_size,
+            text={"origin": task.eval.text.origin, "sha256": task.eval.text.sha256},
+            cloze={"items": [[c.window, c.start, c.end] for c in task.eval.cloze], "reference_correct": correct},
+            tasks=task_records,
+            completions=completions,
+            reference_seconds=round(time.time() - started, 2),
+            storage_bytes_per_token=(k + s) * 8 + 4,
+            memory=memory.as_record(),
+        )
         if len(dtypes) > 1:
             partial = _open(task, out, result)  # the entry is still being produced: read the arrays just written
-            result["noise_floor"] = _noise_floor(dtypes[1], model, partial, out, ctx)
+            result.noise_floor = _noise_floor(dtypes[1], model, partial, out, ctx)
     finally:
         model.close()
     return result
@@ -184,30 +183,27 @@ def _task_record(task: Any, scores: list[ItemScore]) -> dict[str, Any]:
     }
 
 
-def _open(task: ReferenceTask, folder: Path, result: dict[str, Any], key: str = "") -> Reference:
-    windows = Windows(np.load(folder / "tokens.npy"), result["context_length"], result["first_scored"])
-    scores = {t["name"]: [ItemScore(*s) for s in t["reference_scores"]] for t in result["tasks"]}
+def _open(task: ReferenceTask, folder: Path, result: ReferenceResult, key: str = "") -> Reference:
+    windows = Windows(np.load(folder / "tokens.npy"), result.context_length, result.first_scored)
+    scores = {t["name"]: [ItemScore(*s) for s in t["reference_scores"]] for t in result.tasks}
     return Reference(
         key=key,
         path=folder,
         windows=windows,
         arrays=open_arrays(folder),
-        cloze=[ClozeItem(*c) for c in result["cloze"]["items"]],
-        cloze_correct=np.array(result["cloze"]["reference_correct"], dtype=bool),
+        cloze=[ClozeItem(*c) for c in result.cloze["items"]],
+        cloze_correct=np.array(result.cloze["reference_correct"], dtype=bool),
         tasks=list(task.eval.tasks),
         task_scores=scores,
-        meta=result,
+        completions=result.completions,
     )
 
 
 def load_reference(task: ReferenceTask, entry: CacheEntry) -> Reference:
-    ref = _open(task, entry.path, entry.result, entry.key)
-    # What producing the entry took (reference pass, tasks and noise floor), for the reuse figures.
-    ref.meta = {**entry.result, "entry_seconds": entry.meta.get("seconds")}
-    return ref
+    return _open(task, entry.path, ReferenceResult.of(entry), entry.key)
 
 
-def _noise_floor(dtype: str, model: Any, ref: Reference, out: Path, ctx: StageContext) -> dict[str, Any]:
+def _noise_floor(dtype: str, model: Any, ref: Reference, out: Path, ctx: StageContext) -> NoiseFloorRecord:
     """The reference against itself in a second dtype: what 'no quantization error' looks like here."""
     with ctx.progress.task(f"reference  noise floor: load torch {dtype}"):
         runner = model.runner(dtype)
@@ -216,17 +212,15 @@ def _noise_floor(dtype: str, model: Any, ref: Reference, out: Path, ctx: StageCo
     finally:
         runner.close()
     save_evaluation(out / NOISE_FILE, evaluation)
-    return {
-        "dtype": dtype,
-        "file": NOISE_FILE,
-        "task_scores": {k: [[s.loglik, s.greedy] for s in v] for k, v in evaluation.task_scores.items()},
-    }
+    scores = {k: [[s.loglik, s.greedy] for s in v] for k, v in evaluation.task_scores.items()}
+    return NoiseFloorRecord(dtype, NOISE_FILE, scores)
 
 
-def noise_floor_metrics(ref: Reference, bootstrap: Bootstrap) -> dict[str, Any] | None:
-    noise = ref.meta.get("noise_floor")
-    if not noise:
+def noise_floor_metrics(ref: Reference, noise: NoiseFloorRecord | None, bootstrap: Bootstrap) -> dict[str, Any] | None:
+    """The noise floor's figures as the report shows them (None without one)."""
+    if noise is None:
         return None
-    evaluation = load_evaluation(ref.path / noise["file"], noise["task_scores"])
+    evaluation = load_evaluation(ref.path / noise.file, noise.task_scores)
     summary = summarise(evaluation, ref, bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
-    return {"dtype": noise["dtype"], **summary, "token_file": str(ref.path / noise["file"])}
+    return {"dtype": noise.dtype, "metrics": summary.metrics, "tasks": summary.tasks,
+            "token_file": str(ref.path / noise.file)}  # fmt: skip

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from edgekit._util.hashing import sha256_file
-from edgekit.errors import ReferenceMismatchError, UsageError
+from edgekit.errors import ReferenceExportError, ReferenceMismatchError, UsageError
 from edgekit.plan.keys import task_key
+from edgekit.plan.task_base import Stage
 from edgekit.plan.tasks import ReferenceTask
 from edgekit.store.cache import ENTRY_FILE, CacheEntry, StageCache
 
-STAGE = "reference"
+STAGE = Stage.REFERENCE
 # Reference inputs as a person names them (longest matching prefix of the input's path wins).
 INPUT_NAMES = {
     "checkpoint": "checkpoint",
@@ -73,14 +74,11 @@ def _entry_meta(src: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError):
         meta = {}
     if not isinstance(meta, dict) or meta.get("stage") != STAGE or "key" not in meta:
-        raise UsageError(f"{src} is not a reference exported by `edgekit reference --export`")
+        raise ReferenceExportError(src, f"not an exported reference (no {ENTRY_FILE} of a reference entry)")
     inputs = meta.get("inputs")
     if not isinstance(inputs, dict) or task_key(STAGE, inputs) != meta["key"]:
-        raise UsageError(
-            f"{src}: the key in its {ENTRY_FILE} is not the hash of the inputs recorded beside it (edited, damaged, "
-            "or exported with another cache format)",
-            "export the reference again with `edgekit reference RECIPE --export DIR`",
-        )
+        raise ReferenceExportError(src, f"the key in its {ENTRY_FILE} is not the hash of the inputs recorded beside "
+                                   "it (edited, damaged, or exported with another cache format)")  # fmt: skip
     return meta
 
 
@@ -91,10 +89,8 @@ def _check_files(src: Path, meta: dict[str, Any]) -> None:
         if not path.is_file() or path.stat().st_size != record["size"] or sha256_file(path) != record["sha256"]:
             damaged.append(record["path"])
     if damaged:
-        raise UsageError(
-            f"{src} is damaged: {', '.join(damaged[:5])} differ from the sizes and sha256 in its {ENTRY_FILE}",
-            "copy or export the reference again",
-        )
+        raise ReferenceExportError(src, f"damaged: {', '.join(damaged[:5])} differ from the sizes and sha256 in its "
+                                   f"{ENTRY_FILE}")  # fmt: skip
 
 
 def differences(recorded: dict[str, Any], planned: dict[str, Any]) -> list[tuple[str, str, str]]:

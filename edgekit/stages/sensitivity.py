@@ -21,9 +21,10 @@ from edgekit.signoff.scoring import Reference
 from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 from edgekit.stages.reference import load_reference
+from edgekit.store.results import SensitivityResult
 
 
-def run(task: SensitivityTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: SensitivityTask, ctx: StageContext, out: Path) -> SensitivityResult:
     backend = build_backend(task.artifact.backend)
     artifact = quantize.artifact(task.artifact, ctx.entry(task.artifact))
     base = quantize.artifact(task.base, ctx.entry(task.base))
@@ -35,8 +36,8 @@ def run(task: SensitivityTask, ctx: StageContext, out: Path) -> dict[str, Any]:
         return mean_kld(runner, ref, windows)
 
     probe = SensitivityProbe(score, task.budget_seconds, ctx.progress)
-    result = backend.measure_sensitivity(artifact.path, base.path, probe, out)
-    return {**result, "windows": windows, "scored_tokens": windows * ref.windows.scored_per_window}
+    figures = backend.measure_sensitivity(artifact.path, base.path, probe, out)
+    return SensitivityResult(figures, windows, windows * ref.windows.scored_per_window)
 
 
 def mean_kld(runner: Any, ref: Reference, windows: int) -> float:

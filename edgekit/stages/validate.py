@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from edgekit.backends.runner import EngineRunner
 from edgekit.observe.progress import Progress
@@ -26,11 +25,12 @@ from edgekit.stages import quantize
 from edgekit.stages.context import StageContext
 from edgekit.stages.reference import load_reference
 from edgekit.store.records import Artifact
+from edgekit.store.results import ValidateResult
 
 TOKEN_FILE = "tokens.npz"
 
 
-def run(task: ValidateTask, ctx: StageContext, out: Path) -> dict[str, Any]:
+def run(task: ValidateTask, ctx: StageContext, out: Path) -> ValidateResult:
     artifact = quantize.artifact(task.artifact, ctx.entry(task.artifact))
     ref = load_reference(task.reference, ctx.entry(task.reference))
     return validate_artifact(artifact, ref, task.reference.eval.text.text, task.bootstrap, out, ctx.progress,
@@ -46,7 +46,7 @@ def validate_artifact(
     progress: Progress,
     engine: EngineSettings,
     decide: Decide | None = None,
-) -> dict[str, Any]:
+) -> ValidateResult:
     """Score `artifact` against `ref` into `out` (per-token figures) and return its metrics."""
     with progress.task(f"validate  load {artifact.name}"):
         runner = EngineRunner(artifact.backend, artifact.path, **engine.config())
@@ -55,19 +55,24 @@ def validate_artifact(
         settings = (bootstrap.resamples, bootstrap.block_tokens, bootstrap.seed)
         if decide is None:
             evaluation = evaluate(runner, ref, progress, artifact.name)
-            result = summarise(evaluation, ref, *settings)
+            summary = summarise(evaluation, ref, *settings)
         else:
-            evaluation, result = evaluate_until_decided(
+            evaluation, summary = evaluate_until_decided(
                 runner, ref, decide.gates, decide.looks, decide.alpha, settings, progress, artifact.name
             )
         with progress.task(f"validate  {artifact.name}: where it differs"):
-            result["differences"] = {
+            differences = {
                 "spans": worst_spans(evaluation, ref, runner.detokenize),
-                "completions": compared_completions(runner, ref.meta.get("completions") or [], runner.detokenize),
+                "completions": compared_completions(runner, ref.completions, runner.detokenize),
             }
     finally:
         runner.close()
     save_evaluation(out / TOKEN_FILE, evaluation)
-    result["tokenizer_check"] = {"tokens_compared": compared, "identical": True}
-    result["engine"] = {"backend": artifact.backend, **dataclasses.asdict(engine)}
-    return result
+    return ValidateResult(
+        metrics=summary.metrics,
+        tasks=summary.tasks,
+        sequential=summary.sequential,
+        differences=differences,
+        tokenizer_check={"tokens_compared": compared, "identical": True},
+        engine={"backend": artifact.backend, **dataclasses.asdict(engine)},
+    )

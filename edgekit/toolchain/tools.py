@@ -28,7 +28,7 @@ from typing import Any
 from filelock import FileLock
 
 from edgekit._util.hashing import sha256_file, sha256_json
-from edgekit.errors import ToolchainError
+from edgekit.errors import ToolchainError, ToolsNotBuilt
 from edgekit.observe.progress import Progress
 from edgekit.toolchain.sdist import (
     commit_from_changelog,
@@ -98,11 +98,7 @@ def llama_tool(tool: str) -> Path:
     pkg_version = llama_cpp_python_version()
     path = tools_dir(toolset.name, pkg_version) / tool
     if not path.is_file() or not (path.parent / BUILD_INFO).is_file():
-        raise ToolchainError(
-            f"llama.cpp's {tool} is not built for llama-cpp-python {pkg_version} (looked in {path.parent})",
-            f"run `edgekit toolchain {toolset.flag}` once (it compiles llama.cpp's tools from the source package "
-            "of the installed version, a few minutes)",
-        )
+        raise ToolsNotBuilt(tool, pkg_version, path.parent, toolset.flag)
     if _stale(path.parent):
         raise ToolchainError(
             f"llama.cpp's {tool} in {path.parent} was linked against another build of llama-cpp-python "

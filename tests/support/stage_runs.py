@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.executors.base import Tools
+from edgekit.executors.base import Workspace
 from edgekit.executors.local import LocalExecutor
 from edgekit.observe.progress import SilentProgress
 from edgekit.plan.make import Plan, make_plan
@@ -22,7 +22,7 @@ def plan_of(recipe: Recipe, cache: StageCache, threads: int = 2) -> Plan:
 
 
 def run_tasks(plan: Plan, *tasks: Task, cache: StageCache) -> tuple[dict[str, CacheEntry], LocalExecutor]:
-    executor = LocalExecutor(Tools(cache, plan.bundle.threads, plan.llama_cpp_dir), SilentProgress())
+    executor = LocalExecutor(Workspace(cache, plan.env), SilentProgress())
     return executor.run(list(tasks)), executor
 
 

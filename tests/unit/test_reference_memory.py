@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgekit.cli.errors import hint
 from edgekit.errors import ExitCode, ReferenceMemoryError
 from edgekit.observe.memwatch import Available, MemoryWatch, available_memory, process_memory, tree_memory
 from edgekit.reference.memory import ModelShape, choose, estimates
@@ -160,7 +161,7 @@ def test_too_little_memory_stops_with_the_numbers_and_the_ways_out() -> None:
     error = found.value
     assert error.exit_code == ExitCode.ENVIRONMENT == 3
     assert "4.0 GiB" in error.message and "2.0 GiB" in error.message and "RLIMIT_DATA" in error.message
-    assert 'reference_memory = "stream"' in (error.hint or "") and "--reference" in (error.hint or "")
+    assert 'reference_memory = "stream"' in (error.hint or "") and "--reference" in (hint(error) or "")
     with pytest.raises(ReferenceMemoryError) as found:
         choose("auto", "cpu", needs, Available(GIB // 2, "cgroup memory.max of /x"), None)
     assert "streamed 1.0 GiB" in found.value.message and "reference_memory" not in (found.value.hint or "")
@@ -168,7 +169,7 @@ def test_too_little_memory_stops_with_the_numbers_and_the_ways_out() -> None:
         choose("stream", "cpu", needs, Available(8 * GIB, "MemAvailable"), "no layer list")
     with pytest.raises(ReferenceMemoryError) as found:  # whole does not fit and streaming cannot help
         choose("auto", "cpu", needs, Available(3 * GIB, "MemAvailable"), "no layer list")
-    assert "reference_memory" not in (found.value.hint or "") and "--reference" in (found.value.hint or "")
+    assert "reference_memory" not in (found.value.hint or "") and "--reference" in (hint(found.value) or "")
 
 
 def test_the_recipe_takes_reference_memory() -> None:

@@ -99,10 +99,10 @@ def test_kld_distribution_accounts_for_every_token(tmp_path: Path) -> None:
 
 
 def test_no_gates_is_not_a_pass() -> None:
-    from edgekit.signoff.gates import Gates
+    from edgekit.signoff.gates import Gates, Summary
 
-    judged = judge_artifact({"metrics": {}, "tasks": {}}, Gates())
-    assert judged["verdict"] == "inconclusive" and "no accuracy gates" in judged["reasons"][0]
+    judged = judge_artifact(Summary({}, {}), Gates())
+    assert judged.verdict == "inconclusive" and "no accuracy gates" in judged.reasons[0]
 
 
 def test_reference_uses_fp16_on_cuda_and_fp32_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

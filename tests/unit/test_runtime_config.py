@@ -9,6 +9,7 @@ import pytest
 from edgekit.errors import RuntimeConfigError
 from edgekit.manifest import verify_bundle
 from edgekit.runtime.bench.derive import derive_runtime
+from edgekit.runtime.bench.results import BenchResult
 from edgekit.runtime.bench.tune import write_local
 from edgekit.runtime.config import LOCAL_FILE, load_runtime_config, render_runtime_toml
 
@@ -78,11 +79,11 @@ def test_derive_runtime_takes_threads_mmap_and_concurrency_from_the_bench() -> N
             "b": {"backend": "openvino", "skipped": "not measured"},
         },
     }
-    values = derive_runtime(bench, "a", {"max_concurrent": 4, "derived_from": "recipe defaults"})
+    values = derive_runtime(BenchResult.from_json(bench), "a", {"max_concurrent": 4, "derived_from": "recipe defaults"})
     assert values["n_threads"] == 3 and values["n_threads_batch"] == 4 and values["use_mmap"] is True
     assert values["max_concurrent"] == 2 and values["numa"] == "auto"  # batch 4 loses throughput here
     assert "Test CPU" in values["derived_from"] and "3: 50.0" in values["derived_from"]
-    assert derive_runtime(bench, "b", {"derived_from": "recipe defaults"}) == {
+    assert derive_runtime(BenchResult.from_json(bench), "b", {"derived_from": "recipe defaults"}) == {
         "derived_from": "recipe defaults; bench: not measured"
     }
 

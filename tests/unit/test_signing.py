@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from edgekit._util.hashing import file_records
+from edgekit.cli.errors import hint
 from edgekit.errors import IntegrityError, TrustError, TrustPolicyError, UsageError
 from edgekit.manifest import SIGNATURE, verify_bundle
 from edgekit.ship.keys import generate_keypair
@@ -184,8 +185,9 @@ def test_a_tampered_bundle_is_never_signed(tmp_path: Path, keys: tuple[Path, Pat
 def test_wrong_key_files_say_how_to_make_one(tmp_path: Path, keys: tuple[Path, Path]) -> None:
     private, public = keys
     bundle = make_bundle(tmp_path / "b")
-    with pytest.raises(UsageError, match="edgekit keygen"):
+    with pytest.raises(UsageError, match=r"not an ECDSA .* private key") as refused:
         sign_bundle(bundle, public)  # a public key where the private one goes
+    assert "edgekit keygen" in (hint(refused.value) or "")
     old_key = tmp_path / "old.pub"  # an edgekit 0.1 (Ed25519) key
     old_key.write_bytes(
         ed25519.Ed25519PrivateKey.generate()

@@ -44,7 +44,7 @@ def synthetic_reference(windows: int, seed: int = 0) -> tuple[Reference, np.ndar
         parts.append(reference_slice(table[w.window(i)][positions], targets, 16, 16, np.random.default_rng([0, i])))
     arrays = {k: np.concatenate([getattr(p, k) for p in parts]) for k in vars(parts[0])}
     cloze = [ClozeItem(i, LENGTH - 3, LENGTH - 1) for i in range(windows)]
-    ref = Reference("k", Path("."), w, arrays, cloze, np.ones(windows, dtype=bool), [], {}, {})
+    ref = Reference("k", Path("."), w, arrays, cloze, np.ones(windows, dtype=bool), [], {}, [])
     return ref, table
 
 
@@ -63,11 +63,11 @@ def test_sequential_stops_at_the_first_look_that_decides_every_gate() -> None:
     easy = Gates(kld_mean_max=100.0, top1_min=0.0)
     evaluation, summary = evaluate_until_decided(ShiftedModel(table, 0.3), ref, easy, 4, 0.05, (200, 16, 0),
                                                  SilentProgress(), "t")  # fmt: skip
-    seq = summary["sequential"]
+    seq = summary.sequential
     assert seq["looks"] == 1 and seq["decided"] and seq["windows"] == 2 and seq["max_looks"] == 4
-    assert len(evaluation.tokens.kld) == 2 * ref.windows.scored_per_window == summary["metrics"]["kld_mean"]["n"]
-    assert summary["metrics"]["kld_mean"]["level"] == pytest.approx(0.9875)
-    assert summary["tasks"]["cloze"]["questions"] == 2  # the cloze items of the windows scored so far
+    assert len(evaluation.tokens.kld) == 2 * ref.windows.scored_per_window == summary.metrics["kld_mean"]["n"]
+    assert summary.metrics["kld_mean"]["level"] == pytest.approx(0.9875)
+    assert summary.tasks["cloze"]["questions"] == 2  # the cloze items of the windows scored so far
 
 
 def test_sequential_runs_every_look_when_a_gate_stays_open_and_says_so() -> None:
@@ -75,14 +75,14 @@ def test_sequential_runs_every_look_when_a_gate_stays_open_and_says_so() -> None
     model = ShiftedModel(table, 0.3)
     _, full = evaluate_until_decided(model, ref, Gates(kld_mean_max=100.0), 1, 0.05, (200, 16, 0),
                                      SilentProgress(), "t")  # fmt: skip
-    on_the_value = Gates(kld_mean_max=full["metrics"]["kld_mean"]["value"])
+    on_the_value = Gates(kld_mean_max=full.metrics["kld_mean"]["value"])
     _, summary = evaluate_until_decided(model, ref, on_the_value, 4, 0.05, (200, 16, 0), SilentProgress(), "t")
-    seq = summary["sequential"]
+    seq = summary.sequential
     assert seq["looks"] == 4 and not seq["decided"] and seq["windows"] == 8
     assert [h["windows"] for h in seq["history"]] == [2, 4, 6, 8] and all(h["undecided"] for h in seq["history"])
     # The Bonferroni-widened interval is wider than the plain 95% one on the same tokens.
-    low, high = summary["metrics"]["kld_mean"]["ci95"]
-    plain_low, plain_high = full["metrics"]["kld_mean"]["ci95"]
+    low, high = summary.metrics["kld_mean"]["ci95"]
+    plain_low, plain_high = full.metrics["kld_mean"]["ci95"]
     assert high - low > plain_high - plain_low
 
 
@@ -90,7 +90,7 @@ def test_one_window_with_more_looks_than_windows_does_not_fail() -> None:
     ref, table = synthetic_reference(1)
     _, summary = evaluate_until_decided(ShiftedModel(table, 0.3), ref, Gates(top1_min=0.0), 8, 0.05, (100, 64, 0),
                                         SilentProgress(), "t")  # fmt: skip
-    assert summary["sequential"]["looks"] == 1 and summary["sequential"]["max_looks"] == 1
+    assert summary.sequential["looks"] == 1 and summary.sequential["max_looks"] == 1
 
 
 def test_sample_to_decide_is_where_the_shrinking_interval_clears_the_threshold() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from edgekit.cli.errors import hint
 from edgekit.errors import ToolchainError
 from edgekit.observe.progress import SilentProgress
 from edgekit.toolchain import TOOL_SETS, build_tools, llama_tool, tools_dir, tools_identity
@@ -54,10 +55,10 @@ def test_a_missing_tool_says_how_to_build_it(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("EDGEKIT_TOOLCHAIN", str(tmp_path))
     with pytest.raises(ToolchainError) as caught:
         llama_tool("llama-bench")
-    assert "llama-bench is not built" in caught.value.message and "edgekit toolchain --tools" in caught.value.hint
+    assert "llama-bench is not built" in caught.value.message and "edgekit toolchain --tools" in hint(caught.value)
     with pytest.raises(ToolchainError) as caught:
         llama_tool("llama-server")
-    assert "edgekit toolchain --server" in caught.value.hint
+    assert "edgekit toolchain --server" in hint(caught.value)
     with pytest.raises(ValueError, match=r"not one of the llama\.cpp tools"):
         llama_tool("llama-cli")
 

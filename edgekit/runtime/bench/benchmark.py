@@ -24,7 +24,14 @@ from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.bandwidth import best_rate
 from edgekit.runtime.bench.jobs import mlock_allowed, run_job
-from edgekit.runtime.bench.results import LOAD_KEYS, BenchTarget, Samples, artifact_result, comparisons
+from edgekit.runtime.bench.results import (
+    LOAD_KEYS,
+    BenchResult,
+    BenchTarget,
+    Samples,
+    artifact_result,
+    comparisons,
+)
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.runtime.bench.stats import ratio
 
@@ -95,7 +102,7 @@ class Benchmark:
         }
         return sweeps, tuned
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> BenchResult:
         started = time.time()
         bandwidth = self._bandwidth()
         compute = self._compute()
@@ -121,19 +128,19 @@ class Benchmark:
                 {"bandwidth": bandwidth, "compute": compute},
                 extras[target.name],
             )
-        return {
-            "schema_version": BENCH_SCHEMA,
-            "machine": self.machine,
-            "bandwidth": bandwidth,
-            "compute": compute,
-            "peer": self._peer_summary(gguf),
-            "settings": {**self.settings.as_dict(), "threads_swept": self.threads},
-            "artifacts": artifacts,
-            "comparisons": comparisons(self.settings, gguf, samples),
-            "jobs": self.jobs_run,
-            "seconds": round(time.time() - started, 1),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        return BenchResult(
+            schema_version=BENCH_SCHEMA,
+            machine=self.machine,
+            bandwidth=bandwidth,
+            compute=compute,
+            peer=self._peer_summary(gguf),
+            settings={**self.settings.as_dict(), "threads_swept": self.threads},
+            artifacts=artifacts,
+            comparisons=comparisons(self.settings, gguf, samples),
+            jobs=self.jobs_run,
+            seconds=round(time.time() - started, 1),
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
 
     def _measurable(self) -> list[BenchTarget]:
         return [t for t in self.targets if t.name not in self.skipped]

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from edgekit.errors import UsageError
 from edgekit.runtime.bench.benchmark import Benchmark
-from edgekit.runtime.bench.results import BenchTarget
+from edgekit.runtime.bench.results import BenchResult, BenchTarget
 from edgekit.runtime.bench.settings import BenchOptions, BenchSettings
 from edgekit.runtime.loader import inspect_bundle
 
@@ -47,7 +47,7 @@ def bench_bundle(
     overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
     trusted_keys: Sequence[Path] = (),
-) -> dict[str, Any]:
+) -> BenchResult:
     info = inspect_bundle(bundle, trusted_keys=trusted_keys)  # verifies every file (and the signature) first
     settings = settings_from_bundle(info.path, overrides or {}, n_ctx=info.config.n_ctx, n_batch=info.config.n_batch)
     records = info.manifest["artifacts"]
@@ -61,5 +61,5 @@ def bench_bundle(
         records = [a for a in records if a["name"] in artifacts]
     targets = [BenchTarget.from_record(info.path / a["path"], a) for a in records]
     result = Benchmark(targets, settings, log=log).run()
-    result["bundle"] = {"path": str(info.path), "name": info.manifest.get("name")}
+    result.bundle = {"path": str(info.path), "name": info.manifest.get("name")}
     return result

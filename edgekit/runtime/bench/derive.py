@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgekit.runtime.bench.results import BenchResult
+
 # use_mmap stays on unless reading the file into private memory answers a cold first prompt at
 # least this much faster (mmap shares the page cache, so it is the better default otherwise).
 NO_MMAP_WIN = 0.9
@@ -14,13 +16,13 @@ NO_MMAP_WIN = 0.9
 CONCURRENCY_KEEP = 0.95
 
 
-def derive_runtime(bench: dict[str, Any], artifact_name: str, defaults: dict[str, Any]) -> dict[str, Any]:
+def derive_runtime(bench: BenchResult, artifact_name: str, defaults: dict[str, Any]) -> dict[str, Any]:
     """The runtime.toml values the bench supports for `artifact_name`; `defaults` are the recipe's."""
-    entry = (bench.get("artifacts") or {}).get(artifact_name)
+    entry = bench.artifacts.get(artifact_name)
     if not entry or "skipped" in entry or entry.get("decode_tok_s") is None:
         reason = entry.get("skipped", "no measurement") if entry else "not benchmarked"
         return {"derived_from": f"{defaults.get('derived_from', 'recipe defaults')}; bench: {reason}"}
-    machine = bench.get("machine", {})
+    machine = bench.machine or {}
     values: dict[str, Any] = {"n_threads": entry["n_threads"], "n_threads_batch": entry["n_threads_batch"]}
     reasons = [
         f"n_threads={entry['n_threads']} (best decode of the sweep: "
@@ -47,7 +49,7 @@ def derive_runtime(bench: dict[str, Any], artifact_name: str, defaults: dict[str
     values["numa"] = "auto"
     values["derived_from"] = (
         f"edgekit bench on {machine.get('cpu_model', 'this machine')} ({machine.get('physical_cores', '?')} physical "
-        f"cores, {machine.get('numa_nodes', 1)} NUMA node(s)), {bench.get('created', '')}: " + "; ".join(reasons)
+        f"cores, {machine.get('numa_nodes', 1)} NUMA node(s)), {bench.created or ''}: " + "; ".join(reasons)
     )
     return values
 

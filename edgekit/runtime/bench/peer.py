@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BenchError, EdgekitError
+from edgekit.errors import BenchError, EdgekitError, ToolsNotBuilt
 
 TOOL = "llama-bench"
 # llama-bench's settings that matter for a comparison, recorded with each result
@@ -33,6 +33,8 @@ def find_tool() -> tuple[Path | None, str]:
         from edgekit.toolchain import llama_tool, tools_info
 
         path = llama_tool(TOOL)
+    except ToolsNotBuilt as exc:  # the report says which command builds it
+        return None, f"{exc.message}; run `edgekit toolchain {exc.flag}` once (it compiles llama.cpp's tools)"
     except EdgekitError as exc:
         return None, f"{exc.message}; {exc.hint}" if exc.hint else exc.message
     info = tools_info() or {}

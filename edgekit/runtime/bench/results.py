@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from edgekit.runtime.bench.compute import compute_roof
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.runtime.bench.stats import median, ratio, summary
+from edgekit.store.results import CacheRef, StageResult
 
 LOAD_MODES = ("mmap", "no_mmap", "mlock")
 LOAD_KEYS = ("load_ms", "context_ms", "first_token_ms", "peak_rss_mib", "rss_anon_mib", "rss_file_mib", "locked_mib")
@@ -29,6 +30,44 @@ class BenchTarget:
         details = record.get("details") or {}
         return cls(record["name"], path, record["backend"], record["scheme"], details.get("bytes_per_token"),
                    record.get("tensor_types"))  # fmt: skip
+
+
+@dataclass
+class BenchResult(StageResult):
+    """A bench run's figures, in the layout `edgekit.stages.bench` documents; what the bundle (runtime.toml, the
+    systemd unit's memory limit) and the report read of it."""
+
+    artifacts: dict[str, dict[str, Any]]  # name → its figures, or {backend, scheme, skipped: reason}
+    schema_version: int | None = None
+    machine: dict[str, Any] | None = None
+    bandwidth: dict[str, Any] | None = None
+    compute: dict[str, Any] | None = None
+    peer: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+    comparisons: dict[str, Any] | None = None
+    jobs: int | None = None
+    seconds: float | None = None
+    created: str | None = None
+    skipped: str | None = None  # nothing was measured (every artifact failed its gates), and why
+    bundle: dict[str, Any] | None = None  # `edgekit bench BUNDLE`: the bundle measured
+    cache: CacheRef | None = None  # in a build: the stage cache entry these figures came from
+
+    @classmethod
+    def from_json(cls, stored: dict[str, Any]) -> Self:
+        read = super().from_json({k: v for k, v in stored.items() if k != "cache"})
+        if stored.get("cache"):
+            read.cache = CacheRef(**stored["cache"])
+        return read
+
+    def figures(self, artifact: str) -> dict[str, Any]:
+        """What was measured of `artifact` ({} when it was not benchmarked)."""
+        return self.artifacts.get(artifact) or {}
+
+    def peak_rss_mib(self, artifact: str) -> float | None:
+        """The largest resident memory measured serving `artifact` (any number of sequences), if measured."""
+        measured = self.figures(artifact)
+        peaks = [v for v in (measured.get("peak_rss_mib_by_sequences") or {}).values() if v]
+        return max(peaks or [p for p in [measured.get("peak_rss_mib")] if p], default=None)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from edgekit.errors import EdgekitError, UsageError
 from edgekit.runtime.engines import Sampling
 from edgekit.runtime.loader import BundleInfo, LoadedBundle, load
 from edgekit.runtime.serve.metrics import CONTENT_TYPE, ServeMetrics
-from edgekit.runtime.serve.scheduler import QueueFull, Request, Scheduler, ShuttingDown
+from edgekit.runtime.serve.scheduler import Event, EventKind, QueueFull, Request, Scheduler, ShuttingDown
 from edgekit.runtime.text import prompt
 
 log = logging.getLogger("edgekit.serve")
@@ -315,9 +315,9 @@ async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: d
                     state.scheduler.cancel(request)
                     return Response(status_code=499)
                 continue
-            if kind == "text":
+            if kind == EventKind.TEXT:
                 parts.append(value)
-            elif kind == "error":
+            elif kind == EventKind.ERROR:
                 return ApiError(500, value, "server_error").response()
             else:
                 break
@@ -358,10 +358,10 @@ async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: 
             out = bytearray()
             # What one decode step produced goes out in one write (a step's text, then maybe the finish).
             for kind, value in await _available(request.events):
-                if kind == "text":
+                if kind == EventKind.TEXT:
                     out += event(choice(value, None))
                     continue
-                if kind == "error":
+                if kind == EventKind.ERROR:
                     out += b"data: " + json.dumps({"error": {"message": value, "type": "server_error"}}).encode()
                     out += b"\n\n"
                 else:
@@ -375,7 +375,7 @@ async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: 
             state.scheduler.cancel(request)
 
 
-async def _available(events: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
+async def _available(events: asyncio.Queue[Event]) -> list[Event]:
     """The next event, and every one already queued behind it."""
     ready = [await events.get()]
     while not events.empty():

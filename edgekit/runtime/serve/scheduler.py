@@ -31,7 +31,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, Literal, NamedTuple
 
 from edgekit.runtime.engines import Engine, Sampling
 from edgekit.runtime.engines.base import ServingEngine
@@ -45,6 +46,19 @@ _ids = itertools.count(1)
 UNLIMITED = 1 << 30
 GATHER_S = 0.005  # how long an idle loop waits for requests still being read: a fraction of a decode step
 BURST_MEMORY_S = 1.0  # streams that ended together this long ago: their clients are not coming back together
+
+
+class EventKind(StrEnum):
+    TEXT = "text"  # value: the next piece of text
+    DONE = "done"  # value: the finish reason ("stop", "length"); the last event
+    ERROR = "error"  # value: what went wrong; the last event
+
+
+class Event(NamedTuple):
+    """What the scheduler hands a request's handler: text as it is decoded, then how it ended."""
+
+    kind: EventKind
+    value: str
 
 
 class QueueFull(Exception):
@@ -63,21 +77,21 @@ class Request:
     stop: list[str]
     loop: asyncio.AbstractEventLoop
     ignore_eos: bool = False  # generate max_tokens whatever the model says (fixed-length loads, as llama-server)
-    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     id: int = field(default_factory=lambda: next(_ids))
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
     generating: bool = False  # its first token is out: the prompt is in the KV cache
-    outbox: list[tuple[str, Any]] = field(default_factory=list)  # emitted, not yet handed to the loop
+    outbox: list[Event] = field(default_factory=list)  # emitted, not yet handed to the loop
     text: TextStream = field(init=False)
 
     def __post_init__(self) -> None:
         self.text = TextStream(self.stop)
 
-    def emit(self, kind: str, value: Any) -> None:
+    def emit(self, kind: EventKind, value: str) -> None:
         """Queue an event for the request's handler; `deliver` hands it over."""
-        self.outbox.append((kind, value))
+        self.outbox.append(Event(kind, value))
 
 
 def deliver(requests: Iterable[Request]) -> None:
@@ -85,7 +99,7 @@ def deliver(requests: Iterable[Request]) -> None:
 
     One wake-up per decode step instead of one per token and stream: each wake-up is a write to the loop's
     self-pipe that preempts the scheduler thread on a busy box."""
-    batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[tuple[str, Any]], list[tuple[str, Any]]]]] = {}
+    batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Event], list[Event]]]] = {}
     for request in requests:
         if request.outbox:
             batches.setdefault(request.loop, []).append((request.events, request.outbox))
@@ -95,7 +109,7 @@ def deliver(requests: Iterable[Request]) -> None:
             loop.call_soon_threadsafe(_put_all, batch)
 
 
-def _put_all(batch: list[tuple[asyncio.Queue[tuple[str, Any]], list[tuple[str, Any]]]]) -> None:
+def _put_all(batch: list[tuple[asyncio.Queue[Event], list[Event]]]) -> None:
     for queue, events in batch:
         for event in events:
             queue.put_nowait(event)
@@ -218,9 +232,9 @@ class Scheduler:
             deliver(self._emitted.values())
             self._emitted.clear()
         for slot, request in list(self._slots.items()):
-            self._finish(slot, request, "error", "the server is shutting down")
+            self._finish(slot, request, EventKind.ERROR, "the server is shutting down")
         for request in self._waiting:
-            request.emit("error", "the server is shutting down")
+            request.emit(EventKind.ERROR, "the server is shutting down")
         deliver([*self._emitted.values(), *self._waiting])
 
     def _gather(self) -> None:
@@ -267,7 +281,7 @@ class Scheduler:
             reuse = self.engine.admit(slot, request.prompt_ids, request.sampling)
         except Exception as exc:  # a failing prompt must not take the server down
             log.exception("admitting a prompt failed")
-            self._finish(slot, request, "error", f"generation failed: {exc}")
+            self._finish(slot, request, EventKind.ERROR, f"generation failed: {exc}")
             return
         self.metrics.prompt_tokens.inc(len(request.prompt_ids))
         self.metrics.prefix_reused.inc(reuse.tokens)
@@ -286,7 +300,7 @@ class Scheduler:
         except Exception as exc:
             log.exception("decode step failed")
             for slot, request in list(self._slots.items()):
-                self._finish(slot, request, "error", f"generation failed: {exc}")
+                self._finish(slot, request, EventKind.ERROR, f"generation failed: {exc}")
             return
         seconds = time.perf_counter() - started
         self.prefill.observe(seconds, generating, self.engine.last_prompt_tokens)
@@ -310,28 +324,28 @@ class Scheduler:
             self.metrics.cancelled.inc()
             return
         if token in self.engine.eos_ids and not request.ignore_eos:
-            self._finish(slot, request, "done", "stop")
+            self._finish(slot, request, EventKind.DONE, "stop")
             return
         request.completion_tokens += 1
         self.metrics.completion_tokens.inc()
         piece = request.text.feed(self.engine.detokenize([token]))
         if piece:
-            self._emit(request, "text", piece)
+            self._emit(request, EventKind.TEXT, piece)
         if request.text.stopped:
-            self._finish(slot, request, "done", "stop")
+            self._finish(slot, request, EventKind.DONE, "stop")
         elif request.completion_tokens >= request.max_tokens:
-            self._finish(slot, request, "done", "length")
+            self._finish(slot, request, EventKind.DONE, "length")
 
-    def _finish(self, slot: int, request: Request, kind: str, value: str) -> None:
-        if kind == "done":
+    def _finish(self, slot: int, request: Request, kind: EventKind, value: str) -> None:
+        if kind == EventKind.DONE:
             tail = request.text.flush()
             if tail:
-                self._emit(request, "text", tail)
+                self._emit(request, EventKind.TEXT, tail)
             self.metrics.duration.observe(time.perf_counter() - request.arrived)
         self._emit(request, kind, value)
         self._release(slot)
 
-    def _emit(self, request: Request, kind: str, value: Any) -> None:
+    def _emit(self, request: Request, kind: EventKind, value: str) -> None:
         request.emit(kind, value)
         self._emitted[request.id] = request
 
