@@ -13,7 +13,7 @@ from edgekit.observe.progress import SilentProgress
 from edgekit.toolchain import TOOL_SETS, build_tools, llama_tool, tools_dir, tools_identity
 from edgekit.toolchain.converter import _extract_converter
 from edgekit.toolchain.sdist import commit_from_changelog
-from edgekit.toolchain.tools import _wheel_linkage
+from edgekit.toolchain.tools import _wheel_linkage, wheel_build
 
 CHANGELOG = """# Changelog
 ## [Unreleased]
@@ -76,10 +76,26 @@ def test_a_built_tool_is_found_and_nothing_is_rebuilt(tmp_path: Path, monkeypatc
     folder = tools_dir("tools")
     folder.mkdir(parents=True)
     (folder / "llama-quantize").write_text("")
-    (folder / "BUILD.json").write_text(json.dumps({"format": 1, "linkage": "x", "build_seconds": 1.0}))
+    info = {"format": 1, "linkage": "x", "build_seconds": 1.0, "wheel_build": wheel_build()}
+    (folder / "BUILD.json").write_text(json.dumps(info))
     assert llama_tool("llama-quantize") == folder / "llama-quantize"
     assert build_tools(["tools"], SilentProgress()) == [folder]  # already built: no download, no cmake
     assert tools_identity()["linkage"] == "x"
+
+
+def test_tools_linked_against_another_build_of_the_wheel_are_refused_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGEKIT_TOOLCHAIN", str(tmp_path))
+    folder = tools_dir("tools")
+    folder.mkdir(parents=True)
+    (folder / "llama-quantize").write_text("")
+    info = {"format": 1, "linkage": "x", "build_seconds": 1.0, "wheel_build": "another-build"}
+    (folder / "BUILD.json").write_text(json.dumps(info))
+    with pytest.raises(ToolchainError) as refused:
+        llama_tool("llama-quantize")
+    assert "another build of llama-cpp-python" in str(refused.value)
+    assert "edgekit toolchain --tools" in str(refused.value.hint)
 
 
 def test_wheel_linkage_names_the_wheels_libraries(tmp_path: Path) -> None:
