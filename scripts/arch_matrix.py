@@ -43,16 +43,18 @@ def table() -> str:
 
 
 def main(argv: list[str]) -> int:
-    readme = REPO / "docs" / "models.md"
-    text = readme.read_text(encoding="utf-8")
+    page = REPO / "docs" / "models.md"
+    text = page.read_text(encoding="utf-8")
     start, end = text.index(BEGIN), text.index(END) + len(END)
     updated = text[:start] + table() + text[end:]
     if "--check" in argv:
         if updated != text:
-            print("docs/models.md's architecture table is out of date: run python scripts/arch_matrix.py", file=sys.stderr)
+            print(
+                "docs/models.md's architecture table is out of date: run python scripts/arch_matrix.py", file=sys.stderr
+            )
             return 1
         return 0
-    readme.write_text(updated, encoding="utf-8")
+    page.write_text(updated, encoding="utf-8")
     return 0
 
 

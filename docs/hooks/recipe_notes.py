@@ -40,7 +40,7 @@ NOTES: dict[str, str] = {
     "bench.runs": "interleaved runs per configuration; figures are their medians",
     "bench.threads": 'thread counts to sweep; "auto": 1 up to the physical cores',
     "bench.concurrency": "numbers of sequences decoded together",
-    "bench.baseline": "also time the GGUF files under llama-cpp-python's default Llama() settings, against the tuned ones",
+    "bench.baseline": "also time the GGUF files with llama-cpp-python's default Llama() settings, against the tuned",
     "bench.enabled": "false: no benchmark",
     "bench.boxes.name": "the box's name, as given to `edgekit agent --box NAME`",
     "bundle.name": "the bundle's folder name under output_dir",

@@ -155,9 +155,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def key_table(
-    model: type[BaseModel], path: str, sections: dict[type[BaseModel], str], rendered: Rendered
-) -> list[str]:
+def key_table(model: type[BaseModel], path: str, sections: dict[type[BaseModel], str], rendered: Rendered) -> list[str]:
     comments = source_comments(model)
     rows = ["| key | type | default | allowed values | description |", "|---|---|---|---|---|"]
     for name, info in model.model_fields.items():
@@ -244,7 +242,7 @@ def backend_section(name: str, backend: Any, rendered: Rendered) -> list[str]:
     gates = getattr(backend, "default_scheme_gates", {})
     if gates:
         out += [f"Default gates of `{name}` (a recipe's `[validation.gates]` and `[targets.gates]` override them):", ""]
-        out += gate_table(gates) + [""]
+        out += [*gate_table(gates), ""]
     ladder = getattr(backend, "default_ladder", ())
     if ladder:
         steps = ", ".join(f"`{s}`" + (f" + `{toml_value(o)}`" if o else "") for s, o in ladder)
@@ -253,7 +251,8 @@ def backend_section(name: str, backend: Any, rendered: Rendered) -> list[str]:
 
 
 def gate_table(gates: dict[str, BaseModel]) -> list[str]:
-    keys = [k for k in type(next(iter(gates.values()))).model_fields if any(getattr(g, k) is not None for g in gates.values())]
+    fields = type(next(iter(gates.values()))).model_fields
+    keys = [k for k in fields if any(getattr(g, k) is not None for g in gates.values())]
     rows = ["| scheme | " + " | ".join(f"`{k}`" for k in keys) + " |", "|---|" + "---|" * len(keys)]
     for scheme, gate in gates.items():
         rows.append(f"| {scheme} | " + " | ".join(toml_value(getattr(gate, k)) for k in keys) + " |")
@@ -288,7 +287,6 @@ def _documents(key: str, recipe: type[BaseModel], backends: dict[str, Any]) -> b
 
 
 # The MkDocs hook: a page's `<!-- recipe-reference -->` and `<!-- default-gates -->` markers become the tables.
-
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
