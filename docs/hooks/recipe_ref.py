@@ -286,7 +286,8 @@ def _documents(key: str, recipe: type[BaseModel], backends: dict[str, Any]) -> b
     return True
 
 
-# The MkDocs hook: a page's `<!-- recipe-reference -->` and `<!-- default-gates -->` markers become the tables.
+# The MkDocs hook: a page's `<!-- recipe-reference -->`, `<!-- default-gates -->` and `<!-- backend-contract -->`
+# markers become the tables.
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
@@ -302,4 +303,21 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         markdown = markdown.replace("<!-- recipe-reference -->", rendered.markdown)
     if "<!-- default-gates -->" in markdown:
         markdown = markdown.replace("<!-- default-gates -->", default_gates())
+    if "<!-- backend-contract -->" in markdown:
+        markdown = markdown.replace("<!-- backend-contract -->", backend_contract())
     return markdown
+
+
+def backend_contract() -> str:
+    """`BuildBackend`'s hooks, each with its signature and docstring: the backends page's table."""
+    from edgekit.backends.base import BuildBackend
+
+    rows = ["| hook | what it answers (and its default) | abstract |", "|---|---|---|"]
+    for name, member in vars(BuildBackend).items():
+        if name.startswith("_") or not callable(member):
+            continue
+        signature = str(inspect.signature(member)).replace("self, ", "").replace("(self)", "()").replace("'", "")
+        doc = " ".join((inspect.getdoc(member) or "").split())
+        abstract = "yes" if getattr(member, "__isabstractmethod__", False) else ""
+        rows.append(f"| `{name}{_cell(signature)}` | {_cell(doc)} | {abstract} |")
+    return "\n".join(rows)
