@@ -1,7 +1,7 @@
-"""Write README.md's table of tested architectures from the test matrix (tests/support/arch_matrix.py).
+"""Write docs/models.md's table of tested architectures from the test matrix (tests/support/arch_matrix.py).
 
-python scripts/arch_matrix.py           rewrite the table in README.md
-python scripts/arch_matrix.py --check   exit 1 when README.md's table is not what the matrix says
+python scripts/arch_matrix.py           rewrite the table in docs/models.md
+python scripts/arch_matrix.py --check   exit 1 when docs/models.md's table is not what the matrix says
 """
 
 from __future__ import annotations
@@ -43,16 +43,18 @@ def table() -> str:
 
 
 def main(argv: list[str]) -> int:
-    readme = REPO / "README.md"
-    text = readme.read_text(encoding="utf-8")
+    page = REPO / "docs" / "models.md"
+    text = page.read_text(encoding="utf-8")
     start, end = text.index(BEGIN), text.index(END) + len(END)
     updated = text[:start] + table() + text[end:]
     if "--check" in argv:
         if updated != text:
-            print("README.md's architecture table is out of date: run python scripts/arch_matrix.py", file=sys.stderr)
+            print(
+                "docs/models.md's architecture table is out of date: run python scripts/arch_matrix.py", file=sys.stderr
+            )
             return 1
         return 0
-    readme.write_text(updated, encoding="utf-8")
+    page.write_text(updated, encoding="utf-8")
     return 0
 
 

@@ -52,7 +52,7 @@ class RuntimeConfig(BaseModel):
     prefill_chunk: Annotated[int, Field(ge=1, le=65536)] | Literal["auto"] = "auto"
     max_stall: float = Field(4.0, ge=1.1, le=100.0)
     derived_from: str = "recipe defaults"
-    # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see README).
+    # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see docs/backends.md).
     num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS
     cpu_pinning: bool | None = None  # OpenVINO ENABLE_CPU_PINNING
     scheduling_core_type: Literal["ANY_CORE", "PCORE_ONLY", "ECORE_ONLY"] | None = None  # OpenVINO, hybrid CPUs

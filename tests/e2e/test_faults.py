@@ -285,7 +285,7 @@ def test_two_builds_at_once_both_succeed_and_share_one_cache_entry_per_stage(con
 
 # --- the same recipe, built twice from scratch -------------------------------------------------------
 
-# What legitimately differs between two builds of the same recipe (the README's rebuild note says the same):
+# What legitimately differs between two builds of the same recipe (docs/faults.md's rebuild note says the same):
 # only report fields that record when, how long, from which folder and command the build ran, and whether a
 # stage came from the cache.
 # Peak memory (report.memory, measured while each entry was made) and the memory the reference found

@@ -1,7 +1,7 @@
 """The architecture matrix: which backend builds which architecture from which source form, and why not.
 
 `tests/contract/test_architectures.py` builds every cell and checks that the outcome is the one written
-here; `scripts/arch_matrix.py` writes the README's table from the same data, so the README says what
+here; `scripts/arch_matrix.py` writes the table in docs/models.md from the same data, so the docs say what
 the tests prove.
 """
 

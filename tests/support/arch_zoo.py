@@ -35,7 +35,7 @@ class Arch:
     model_type: str
     tokenizer: str  # "spm-bpe", "spm-unigram" or "byte-bpe"
     config: dict[str, Any] = field(default_factory=dict)
-    # What makes the architecture itself (the matrix in the README lists these).
+    # What makes the architecture itself (the matrix in docs/models.md lists these).
     special: str = ""
     specials: tuple[str, ...] = ("<|im_start|>", "<|im_end|>")  # control tokens of the family's chat format
 

@@ -142,7 +142,7 @@ def test_doctor_reads_memory_and_huge_pages_and_finds_built_llama_tools(tmp_path
     assert found["llama-bench"] == tool and found["llama-quantize"] is None
 
 
-def test_shell_completion_as_the_readme_sets_it_up(
+def test_shell_completion_as_getting_started_sets_it_up(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     from edgekit.cli import cli

@@ -12,7 +12,7 @@ from edgekit.signoff.gates import Gates
 # No task gate by default: the cloze task of the default eval (about 130–200 sentence-final words) has a
 # paired 95% interval of ±4–5 points, as wide as any sensible threshold, so a task gate there would be
 # inconclusive, not a decision. Task accuracies are reported, not gated; `task_drop_max` turns a gate on
-# for a recipe with enough items (README, "Verdicts that decide").
+# for a recipe with enough items (docs/signoff.md, "Verdicts that decide").
 
 DEFAULT_GATES: dict[str, Gates] = {
     "F16": Gates(kld_mean_max=0.002, ppl_ratio_max=1.005, top1_min=0.98),

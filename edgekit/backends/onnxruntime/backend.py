@@ -42,7 +42,7 @@ class ONNXRuntimeOptions(BaseModel):
 
     per_channel: bool = Field(True, description="one weight scale per output channel (False: one per tensor)")
     reduce_range: bool | None = Field(
-        None, description="7-bit weights; unset: when the build machine's x86 CPU has no VNNI (see the README)"
+        None, description="7-bit weights; unset: when the build machine's x86 CPU has no VNNI (see docs/backends.md)"
     )
     quantize_embedding: bool = Field(True, description="store the embedding table (Gather) as uint8 too")
     keep_float: tuple[str, ...] = Field((), description="fnmatch patterns of MatMul node names to leave in float")

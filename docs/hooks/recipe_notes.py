@@ -1,0 +1,61 @@
+"""Descriptions of recipe keys whose schema field has neither a `description` nor a comment beside it.
+
+`recipe_ref` reads these by key path; a note for a key that no longer exists, or for a key the schema now
+documents itself, is a warning (an error under `mkdocs build --strict`), so this list cannot go stale.
+"""
+
+_GATES = {
+    "kld_p99_max": "99th percentile of the per-token KL divergence (on the reference's top-k), nats",
+}
+
+NOTES: dict[str, str] = {
+    "model.allow_pickle": ".bin/.pt checkpoints are refused unless true (then converted to safetensors)",
+    "model.allow_patterns": "hf:// only: download just the files matching these glob patterns",
+    "model.trust_remote_code": "models that need their own Python code are refused: only false is accepted",
+    "targets.backend": "the registered backend that builds this target (see Backend options below)",
+    "targets.name": "the artifact's name in the bundle; default: BACKEND-SCHEME",
+    "targets.options": "the backend's own options, checked against its schema (see Backend options below)",
+    "targets.gates": "gate overrides for this target, over [validation.gates] and the scheme's defaults",
+    "targets.ladder": 'scheme = "auto": the candidates, cheapest first; default: the backend\'s ladder',
+    "targets.objective": 'scheme = "auto": among the candidates that pass, the smallest or the fastest',
+    "targets.ladder.scheme": "a scheme of the target's backend",
+    "targets.ladder.options": "backend options of this candidate, over the target's own",
+    "validation.enabled": "false: no sign-off (required for a synthetic:// source, whose weights are random)",
+    "validation.text": "held-out text: a file, or pkg://PACKAGE/PATH (a public-domain novel is bundled)",
+    "validation.max_tokens": "tokens of the text scored (the calibration range is cut from the rest)",
+    "validation.context_length": "tokens per evaluation window",
+    "validation.reference_device": "where the torch reference runs: auto is CUDA when present, else the CPU",
+    "validation.reference_dtype": "auto: FP16 on CUDA, FP32 on CPU",
+    "validation.noise_floor_dtype": "the reference against itself in this dtype gives the noise floor; none: no floor",
+    "validation.bootstrap_resamples": "resamples of the block bootstrap behind every 95% interval",
+    "validation.bootstrap_block_tokens": "tokens per bootstrap block (neighbouring tokens are correlated)",
+    "validation.seed": "seed of the bootstrap and the reference's tail samples",
+    "validation.cloze": "the task built from the validation text: predict sentence-final words",
+    "validation.gates": "gate overrides for every target, over each scheme's defaults",
+    "validation.on_inconclusive": "a gate whose interval straddles its threshold: warn, or fail the artifact",
+    "validation.cloze.enabled": "false: no cloze task",
+    "validation.cloze.min_word_chars": "the shortest word used as a cloze answer",
+    "bench.prompt_tokens": "prompt length of the prompt-speed runs",
+    "bench.gen_tokens": "tokens decoded per decode-speed run",
+    "bench.runs": "interleaved runs per configuration; figures are their medians",
+    "bench.threads": 'thread counts to sweep; "auto": 1 up to the physical cores',
+    "bench.concurrency": "numbers of sequences decoded together",
+    "bench.baseline": "also time the GGUF files with llama-cpp-python's default Llama() settings, against the tuned",
+    "bench.enabled": "false: no benchmark",
+    "bench.boxes.name": "the box's name, as given to `edgekit agent --box NAME`",
+    "bundle.name": "the bundle's folder name under output_dir",
+    "bundle.output_dir": "where bundles are written, inside the project; `edgekit build --out` writes anywhere",
+    "bundle.exclude_failed": "leave artifacts that failed their gates out of the bundle (the report still lists them)",
+    "bundle.runtime": "runtime.toml's starting values (the build's bench tunes threads and more)",
+    "bundle.runtime.n_ctx": "context length the box's runtime allocates",
+    "bundle.runtime.n_batch": "prompt tokens per prefill step",
+    "bundle.runtime.max_concurrent": "sequences served at once (at most 4)",
+    "bundle.runtime.warmup_tokens": "tokens decoded at load, before serving",
+    "bundle.runtime.use_mlock": "lock the model's pages in memory",
+    "bundle.runtime.max_queue": "serve: requests waiting at most; a full queue answers 429",
+    "bundle.runtime.max_request_tokens": "serve: prompt + max_tokens of one request at most (else 400)",
+    "targets.options.gguf.tensor_overrides": "per-tensor types: each entry is llama-quantize's --tensor-type",
+    "targets.options.gguf.tensor_overrides.type": "the GGUF type those tensors are written as (e.g. Q8_0)",
+    **{f"targets.gates.{k}": v for k, v in _GATES.items()},
+    **{f"validation.gates.{k}": v for k, v in _GATES.items()},
+}
