@@ -41,7 +41,7 @@ from tests.support.contract import BUNDLE_NAME, recipe_text
 from tests.support.stage_runs import quantized
 
 ENGINE_SCRIPT = r"""
-import json, re, sys
+import json, math, re, sys
 from pathlib import Path
 from edgekit.runtime.engines.base import Sampling
 from edgekit.runtime.loader import open_bundle
@@ -72,8 +72,20 @@ while any(len(v) < 8 for v in together.values()):
         together[s].append(t)
         if len(together[s]) == 8:
             engine.finish(s)
+# Where a sequence differs, how close its alone run's choice was there: the logit of the token it picked alone
+# minus that of the token picked batched, and the resolution of the precision the engine computes in (an
+# engine that computes in bf16, as OpenVINO does on CPUs with AMX or AVX512_BF16, rounds logits to 8 bits).
+margins = []
+for s in range(3):
+    k = next((i for i, (a, b) in enumerate(zip(alone[s], together[s])) if a != b), None)
+    row = engine.logits(prompts[s] + alone[s][:k])[-1] if k is not None else None
+    margins.append(None if row is None else float(row[alone[s][k]] - row[together[s][k]]))
+precision = getattr(engine, "properties", {}).get("INFERENCE_PRECISION_HINT")
+top = float(abs(engine.logits(prompts[1])[-1]).max())
 print(json.dumps({
     "batched_same": [together[s] == alone[s] for s in range(3)],
+    "batched_margins": margins,
+    "resolution": 2 * 2.0 ** (math.floor(math.log2(top)) - 7) if precision == "bf16" else 0.0,
     "backend": engine.backend,
     "tokens": tokens,
     "expected_first": expected,
@@ -217,7 +229,11 @@ class BackendContract:
         assert out["tokens"][0] == out["expected_first"]  # start() and logits() agree
         assert len(out["tokens"]) == 12 and out["text"].strip()
         assert out["eos"] and out["template"] and out["chat_ids"] == [1, 4093]
-        assert sum(out["batched_same"]) >= self.min_batched_same, out["batched_same"]
+        # Batched rows give each sequence its alone tokens, but for a near tie within the engine's precision:
+        # two tokens whose logits differ by at most two units of its last place (none when it computes in f32).
+        near_tie = [m is not None and 0 <= m <= out["resolution"] for m in out["batched_margins"]]
+        kept = [same or tie for same, tie in zip(out["batched_same"], near_tie)]
+        assert sum(kept) >= self.min_batched_same, (out["batched_same"], out["batched_margins"], out["resolution"])
 
     def test_a_prefix_hit_gives_the_logits_of_a_cold_prefill(self, artifact: Artifact) -> None:
         config = RuntimeConfig(artifact=artifact.name, n_threads=2, n_threads_batch=2, n_ctx=512, n_batch=64,
