@@ -232,7 +232,7 @@ class BackendContract:
         # Batched rows give each sequence its alone tokens, but for a near tie within the engine's precision:
         # two tokens whose logits differ by at most two units of its last place (none when it computes in f32).
         near_tie = [m is not None and 0 <= m <= out["resolution"] for m in out["batched_margins"]]
-        kept = [same or tie for same, tie in zip(out["batched_same"], near_tie)]
+        kept = [same or tie for same, tie in zip(out["batched_same"], near_tie, strict=True)]
         assert sum(kept) >= self.min_batched_same, (out["batched_same"], out["batched_margins"], out["resolution"])
 
     def test_a_prefix_hit_gives_the_logits_of_a_cold_prefill(self, artifact: Artifact) -> None:
