@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from edgekit.errors import DiskSpaceError
 
@@ -130,6 +130,10 @@ def _recover_staging(final: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+@overload
+def lock_folder(path: Path, *, wait: Literal[True] = True) -> int: ...
+@overload
+def lock_folder(path: Path, *, wait: bool) -> int | None: ...
 def lock_folder(path: Path, *, wait: bool = True) -> int | None:
     """Lock folder `path` (flock); return the descriptor that holds the lock until it is closed.
 
@@ -154,7 +158,7 @@ def holding(path: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        os.close(fd)  # type: ignore[arg-type]
+        os.close(fd)
 
 
 def abandoned(path: Path) -> bool:

@@ -53,8 +53,10 @@ def _streamed(cmd: list[str], env: dict[str, str], log: BinaryIO, echo: TextIO, 
     """The child's output into the log and, as it comes, to `echo` (--verbose)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                             preexec_fn=die_with_parent())  # fmt: skip
-    assert proc.stdout is not None
-    for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None
+    # typeshed types Popen.stdout as IO[bytes]; with the default buffering it is a BufferedReader, which has read1
+    for chunk in iter(lambda: stdout.read1(65536), b""):  # type: ignore[attr-defined]
         log.write(chunk)
         log.flush()
         echo.write(chunk.decode("utf-8", errors="replace"))

@@ -52,9 +52,11 @@ def agent(box: str, address: str, num_cpus: int | None, object_store_memory: int
         table.add_row(key, value)
     console.print(table)
     extra: list[str] = []
-    for flag, value in (("--num-cpus", num_cpus), ("--object-store-memory", object_store_memory),
-                        ("--node-ip-address", node_ip_address)):  # fmt: skip
-        extra += [flag, str(value)] if value is not None else []
+    given: dict[str, int | str | None] = {
+        "--num-cpus": num_cpus, "--object-store-memory": object_store_memory, "--node-ip-address": node_ip_address,
+    }  # fmt: skip
+    for flag, given_value in given.items():
+        extra += [flag, str(given_value)] if given_value is not None else []
     command = agent_command(box, address, labels, block=block, extra=tuple(extra), ray=ray)
     console.print(f"joining {address} as box:{box}" + (" (Ctrl-C to leave)" if block else ""))
     try:

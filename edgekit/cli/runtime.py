@@ -188,6 +188,10 @@ def _ratio_runs(a: dict[str, Any], key: str) -> str:
     return _fmt(a.get(key), 2) + (f" ({runs[0]:.2f}–{runs[1]:.2f})" if runs else "")
 
 
+def _first(measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return next(iter(measured.values()), {})
+
+
 def render_bench(result: dict[str, Any]) -> None:
     m = result["machine"]
     bw = result["bandwidth"]["best_gib_s_by_processes"]
@@ -197,13 +201,14 @@ def render_bench(result: dict[str, Any]) -> None:
     )
     measured = {name: a for name, a in result["artifacts"].items() if "skipped" not in a}
     table = Table("medians over runs", *measured, title=None)
-    defaults = next((a["baseline_settings"] for a in measured.values() if a.get("baseline_settings")), None) or {}
+    with_settings = (a["baseline_settings"] for a in measured.values() if a.get("baseline_settings"))
+    defaults: dict[str, Any] = next(with_settings, {})
     llama = f"Llama() defaults ({defaults.get('n_threads', '?')} thread(s))"
     rows: list[tuple[str, Any]] = [
         ("threads decode / prompt", lambda a: f"{a['n_threads']} / {a['n_threads_batch']}"),
         *[
             (f"decode tok/s, {c} seq", lambda a, c=c: _fmt(a["decode_tok_s_by_sequences"].get(c)))
-            for c in next(iter(measured.values()), {}).get("decode_tok_s_by_sequences", {})
+            for c in _first(measured).get("decode_tok_s_by_sequences", {})
         ],
         ("prompt tok/s", lambda a: _fmt(a["prompt_tok_s"])),
         ("time to first token ms", lambda a: _fmt(a["ttft_ms"], 0)),

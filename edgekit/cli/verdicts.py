@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.table import Table
 
 from edgekit.cli.common import console
 
 
-def render_verdicts(verdicts: dict[str, str], excluded: list[str], optional: set[str]) -> None:
+def render_verdicts(verdicts: Mapping[str, str], excluded: list[str], optional: set[str]) -> None:
     if not verdicts:
         return
     table = Table("artifact", "verdict", title="accuracy sign-off")

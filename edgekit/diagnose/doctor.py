@@ -175,6 +175,7 @@ def toolchain_checks() -> list[Check]:
     from edgekit.errors import EdgekitError
     from edgekit.toolchain import cached_converter
 
+    problem: str | None
     try:
         converter = cached_converter()
     except EdgekitError as exc:

@@ -127,7 +127,7 @@ def _events_actor() -> Any:
             out, self.pending = self.pending, []
             return out
 
-    return Events.remote()
+    return Events.remote()  # type: ignore[attr-defined]  # ray.remote wraps the class in an ActorClass
 
 
 def _drain(ray: Any, events: Any) -> list[tuple[str, str, str]]:

@@ -65,7 +65,8 @@ def descendants(pid: int | str = "self") -> list[int]:
 def tree_memory() -> dict[str, int]:
     """Resident bytes of this process and its descendants: anonymous, file-backed (shared memory counts as anon)."""
     anon = file = 0
-    for pid in ["self", *descendants()]:
+    pids: list[int | str] = ["self", *descendants()]
+    for pid in pids:
         status = process_memory(pid)
         anon += status.get("anon", 0) + status.get("shmem", 0)
         file += status.get("file", 0)

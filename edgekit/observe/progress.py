@@ -21,6 +21,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -85,7 +86,7 @@ class SilentProgress:
 
 
 class _RichTask:
-    def __init__(self, progress: RichProgress, task_id: int) -> None:
+    def __init__(self, progress: RichProgress, task_id: TaskID) -> None:
         self._progress, self._id = progress, task_id
 
     def advance(self, amount: float = 1) -> None:

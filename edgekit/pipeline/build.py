@@ -330,7 +330,7 @@ def memory_record(plan: Plan, entries: dict[str, CacheEntry], watch: MemoryWatch
     for t in plan.tasks:
         entry = entries.get(t.key)
         measured = entry.meta.get("memory") if entry is not None else None
-        if not measured:
+        if entry is None or not measured:
             continue
         row = stages.setdefault(t.stage, {"tasks": 0, "reused": True})
         row["tasks"] += 1

@@ -86,9 +86,9 @@ def parse_recipe(raw: bytes, path: Path) -> Recipe:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
+        line_no = raw[: exc.start].count(b"\n") + 1
         raise RecipeError(
-            path, [RecipeProblem("", f"is not UTF-8 text (byte {exc.start}, line {line}); save it as UTF-8")]
+            path, [RecipeProblem("", f"is not UTF-8 text (byte {exc.start}, line {line_no}); save it as UTF-8")]
         ) from None
     for number, line in enumerate(text.splitlines(), 1):
         if len(line) > MAX_LINE_CHARS:

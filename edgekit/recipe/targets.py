@@ -90,8 +90,8 @@ def _ladder(spec: TargetSpec, backend: BuildBackend, key: str) -> tuple[list[Can
         else:
             scheme, own = (step, {}) if isinstance(step, str) else (step.scheme, dict(step.options))
         where = f"{key}.ladder[{j}]" if spec.ladder is not None else key
-        if (problem := _scheme_problem(where, backend, scheme)) is not None:
-            problems.append(problem)
+        if (refused := _scheme_problem(where, backend, scheme)) is not None:
+            problems.append(refused)
             continue
         model, found = _checked_options(backend, scheme, {**spec.options, **own}, where)
         problems += [p for p in found if p not in problems]

@@ -88,7 +88,7 @@ def bench_view(bench: Any) -> dict[str, Any] | None:
             series_rows.append(
                 {"metric": metric, "artifact": name, "points": " · ".join(f"{x:g}: {fmt(y)}" for x, y in points)}
             )
-    per_artifact = bench.get("artifacts") if isinstance(bench.get("artifacts"), dict) else {}
+    per_artifact = found if isinstance(found := bench.get("artifacts"), dict) else {}
     other: list[tuple[str, str]] = []
     for name, data in per_artifact.items():
         if isinstance(data, dict) and data.get("skipped"):

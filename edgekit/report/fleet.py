@@ -34,8 +34,9 @@ def _rows(bundle: str, report: dict[str, Any]) -> list[dict[str, Any]]:
     benches = _benches(report)
     rows = []
     for artifact in report.get("artifacts") or []:
-        for box in sorted(benches) or [None]:
-            per = (benches.get(box) or {}).get("artifacts") or {}
+        boxes: list[str | None] = [*sorted(benches)] or [None]
+        for box in boxes:
+            per = ((benches.get(box) or {}).get("artifacts") or {}) if box else {}
             measured = bench_artifacts(benches[box]).get(artifact["name"], {}) if box else {}
             skipped = (per.get(artifact["name"]) or {}).get("skipped") if box else None
             rows.append({

@@ -87,7 +87,7 @@ def skipped_text(skipped: dict[str, Any] | None) -> str | None:
 
 
 def _sensitivity(s: dict[str, Any]) -> dict[str, Any]:
-    groups = s.get("groups") if isinstance(s.get("groups"), list) else []
+    groups = found if isinstance(found := s.get("groups"), list) else []
     return {
         "target": s["target"],
         "scheme": s["scheme"],

@@ -125,17 +125,19 @@ def nominal_bits(scheme: str) -> int | None:
 def order_findings(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pairs where the nominally more precise scheme has the clearly higher mean KLD (intervals apart)."""
     findings = []
-    measured = [a for a in artifacts if (a.get("metrics") or {}).get("kld_mean") and nominal_bits(a["scheme"])]
-    for hi in measured:
-        for lo in measured:
-            if nominal_bits(hi["scheme"]) <= nominal_bits(lo["scheme"]) or hi.get("backend") != lo.get("backend"):
+    measured = [
+        (a, bits) for a in artifacts if (a.get("metrics") or {}).get("kld_mean") and (bits := nominal_bits(a["scheme"]))
+    ]
+    for hi, hi_bits in measured:
+        for lo, lo_bits in measured:
+            if hi_bits <= lo_bits or hi.get("backend") != lo.get("backend"):
                 continue
             a, b = hi["metrics"]["kld_mean"], lo["metrics"]["kld_mean"]
             if a["ci95"][0] is None or b["ci95"][1] is None or a["ci95"][0] <= b["ci95"][1]:
                 continue
             text = (
-                f"{hi['name']} (nominally {nominal_bits(hi['scheme'])}-bit) has a higher mean KLD than "
-                f"{lo['name']} (nominally {nominal_bits(lo['scheme'])}-bit): {a['value']:.4g} "
+                f"{hi['name']} (nominally {hi_bits}-bit) has a higher mean KLD than "
+                f"{lo['name']} (nominally {lo_bits}-bit): {a['value']:.4g} "
                 f"[{a['ci95'][0]:.4g}, {a['ci95'][1]:.4g}] vs {b['value']:.4g} [{b['ci95'][0]:.4g}, "
                 f"{b['ci95'][1]:.4g}]; the intervals do not overlap."
             )

@@ -7,6 +7,7 @@ plots/ for report.md, so both work offline and inside the bundle.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from collections.abc import Callable
@@ -329,7 +330,7 @@ def bench(report: dict[str, Any]) -> bytes | None:
     ]
     for key, title, xlabel, ylabel in known_series:
         if key in series:
-            panels.append(lambda ax, key=key, t=title, x=xlabel, y=ylabel: _lines(ax, series[key], t, x, y))
+            panels.append(functools.partial(_lines, by_artifact=series[key], title=title, xlabel=xlabel, ylabel=ylabel))
     known_bars = [
         ([("decode_tok_s", "edgekit"), ("peer_decode_tok_s", "llama-bench"),
           ("baseline_decode_tok_s", "Llama() defaults"), ("roofline_tok_s", "bandwidth roof"),
@@ -346,10 +347,12 @@ def bench(report: dict[str, Any]) -> bytes | None:
     for keys, title, unit in known_bars:
         present = [(k, label) for k, label in keys if k in scalars]
         if present:
-            panels.append(lambda ax, p=present, t=title, u=unit: _grouped(ax, scalars, p, t, u))
+            panels.append(functools.partial(_grouped, scalars=scalars, keys=present, title=title, unit=unit))
     if not panels:  # an unknown layout: plot whatever series it has
         for key, by_artifact in sorted(series.items())[:4]:
-            panels.append(lambda ax, k=key, b=by_artifact: _lines(ax, b, k.replace("_", " "), "", ""))
+            panels.append(
+                functools.partial(_lines, by_artifact=by_artifact, title=key.replace("_", " "), xlabel="", ylabel="")
+            )
     if not panels:
         return None
     plt = _pyplot()
@@ -360,7 +363,7 @@ def bench(report: dict[str, Any]) -> bytes | None:
         draw(ax)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
+    machine = found if isinstance(found := data.get("machine"), dict) else {}
     where = f" on {machine.get('cpu_model')}, {machine.get('physical_cores')} cores" if machine.get("cpu_model") else ""
     fig.suptitle(f"Benchmark{where}", fontweight="bold", fontsize=10)
     fig.tight_layout()

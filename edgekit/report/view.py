@@ -66,7 +66,7 @@ def _metric_rows(metrics: dict[str, Any], gates: dict[str, Any] | None) -> list[
                 "value": fmt(est.get("value"), kind),
                 "ci": fmt_ci(est, kind) or "—",
                 "n": sample_size(est),
-                "gate": f"{GATE_LABELS[gate]} {fmt(threshold, kind)}" if threshold is not None else "",
+                "gate": f"{GATE_LABELS[gate]} {fmt(threshold, kind)}" if gate and threshold is not None else "",
                 "estimator": est.get("estimator") or "",
             }
         )

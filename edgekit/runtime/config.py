@@ -150,7 +150,7 @@ def load_runtime_config(
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
         where = origin.get(str(first["loc"][0]) if first["loc"] else "", RUNTIME_FILE)
-        path = bundle / where if where in (RUNTIME_FILE, LOCAL_FILE) else where
+        shown: Path | str = bundle / where if where in (RUNTIME_FILE, LOCAL_FILE) else where
         raise RuntimeConfigError(
-            f"{path}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
+            f"{shown}: runtime.{key}: {first['msg']}", f"fix {LOCAL_FILE} or {RUNTIME_FILE}"
         ) from None

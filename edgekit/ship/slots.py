@@ -73,7 +73,7 @@ class InstallRoot:
         os.chmod(slot.parent, 0o755)
         tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}.", suffix=".partial"))
         os.chmod(tmp, 0o755)
-        return tmp, lock_folder(tmp)  # type: ignore[return-value]
+        return tmp, lock_folder(tmp)
 
     def clean_abandoned(self) -> list[str]:
         """Remove what killed installs left: partial slots whose installer is gone, a half-made link."""

@@ -9,7 +9,7 @@ token where they part. Completions use the validation seam: the reference's by r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ COMPLETION_TOKENS = 32
 Detokenize = Callable[[Sequence[int]], bytes]
 
 
-def piece(detokenize: Detokenize, ids: Sequence[int]) -> str:
+def piece(detokenize: Detokenize, ids: Iterable[int]) -> str:
     return detokenize([int(i) for i in ids]).decode("utf-8", errors="replace")
 
 
@@ -36,7 +36,7 @@ def worst_spans(evaluation: Evaluation, ref: Reference, detokenize: Detokenize, 
         return []
     per = ref.windows.scored_per_window
     taken = np.zeros(len(kld), dtype=bool)
-    spans = []
+    spans: list[dict[str, Any]] = []
     for row in np.argsort(-kld, kind="stable"):
         if len(spans) == count:
             break

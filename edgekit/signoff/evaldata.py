@@ -287,7 +287,7 @@ def encode_pair(context: str, continuation: str, tokenize: Tokenize, prefix: int
 def multiple_choice_task(
     path: Path, tokenize: Tokenize, max_context_tokens: int, prefix: int | None = None
 ) -> ChoiceTask:
-    items = []
+    items: list[TaskItem] = []
     raw = path.read_text(encoding="utf-8")
     for line_no, line in enumerate(raw.splitlines(), 1):
         if not line.strip():

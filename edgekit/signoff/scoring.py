@@ -120,7 +120,7 @@ def score_windows(
     with progress.task(f"validate  {label}: windows {windows.start + 1}–{windows.stop} of {w.count}",
                        total=len(windows)) as t:  # fmt: skip
         for i in windows:
-            logits = runner.logits(w.window(i))
+            logits = runner.logits(w.window(i).tolist())
             positions, targets = w.scored(i)
             into.parts.append(compare(ref.window_slice(i), logits[positions], targets))
             into.cloze += cloze_correct(ref.cloze, i, w.window(i), logits.argmax(-1))

@@ -60,7 +60,7 @@ def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
     config.dtype = torch.float16
     model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict())
-    model = model.to(torch.float16)
+    model = model.to(torch.float16)  # type: ignore[arg-type]  # transformers types .to()'s wrapper as taking the model
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
 

@@ -21,7 +21,6 @@ def run(task: ConvertTask, ctx: StageContext, out: Path) -> ConvertResult:
     if task.direct:
         backend.convert_gguf(Path(task.checkpoint.location), out, ctx.env, ctx.progress, task.provenance)
     else:
-        checkpoint = fetch.checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
-        assert checkpoint is not None  # a fetch entry holds its checkpoint folder
+        checkpoint = fetch.checkpoint_folder(task.checkpoint, ctx.entry(task.checkpoint))
         backend.convert(checkpoint, out, ctx.env, ctx.progress, task.provenance)
     return ConvertResult(task.backend, "the GGUF source file" if task.direct else "the fetched checkpoint")

@@ -68,6 +68,12 @@ def _materialise(task: FetchTask, ctx: StageContext, out: Path) -> FetchResult:
     return FetchResult(notes=notes, files=list(files))
 
 
+def checkpoint_folder(task: FetchTask, entry: CacheEntry | None) -> Path:
+    """The checkpoint folder a finished fetch entry holds (a stage that reads the weights runs after the fetch)."""
+    assert entry is not None, f"fetch {task.key} has no entry: a stage that reads its checkpoint ran before it"
+    return entry.path / CHECKPOINT_DIR
+
+
 def checkpoint(task: FetchTask, entry: CacheEntry | None) -> Checkpoint:
     """The checkpoint a finished fetch entry holds; without one (nothing needed the dequantized checkpoint of a
     GGUF source), the source's provenance alone, with no folder."""

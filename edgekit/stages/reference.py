@@ -16,6 +16,7 @@ to CPU build boxes.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,10 @@ STREAM_DIR = ".stream"  # the streamed pass's hidden states, removed before the 
 
 def run(task: ReferenceTask, ctx: StageContext, out: Path) -> ReferenceResult:
     from edgekit.reference.torch_runner import resolve_device
-    from edgekit.stages.fetch import checkpoint
+    from edgekit.stages.fetch import checkpoint_folder
 
     device = resolve_device(task.device, task.dtype)
-    path = checkpoint(task.checkpoint, ctx.entry(task.checkpoint)).path
+    path = checkpoint_folder(task.checkpoint, ctx.entry(task.checkpoint))
     dtypes = [device.dtype] + ([task.noise_floor_dtype] if task.noise_floor_dtype not in ("none", device.dtype) else [])
     memory = plan_memory(task, device.device, path, dtypes)
     started = time.time()
@@ -132,7 +133,7 @@ def _open_model(
         return WholeModel(checkpoint, device, ctx.threads)
     from edgekit.reference.streamed import StreamedModel
 
-    sequences = [task.eval.windows.window(i) for i in range(task.eval.windows.count)]
+    sequences: list[Sequence[int]] = [task.eval.windows.window(i).tolist() for i in range(task.eval.windows.count)]
     sequences += [item.ids for t in task.eval.tasks for item in t.items]
     stream = StreamedModel(checkpoint, device.device, dtypes, sequences, out / STREAM_DIR, ctx.threads)
     try:

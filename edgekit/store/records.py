@@ -32,7 +32,7 @@ class Checkpoint:
 
     def provenance(self) -> dict[str, Any]:
         """The source as the manifest and the report's sign-off record it."""
-        out = {
+        out: dict[str, Any] = {
             "uri": self.uri,
             "revision": self.revision,
             "files": [f.to_dict() for f in self.files],

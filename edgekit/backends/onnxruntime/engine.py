@@ -154,9 +154,10 @@ class ONNXRuntimeEngine(FolderEngine):
         if self._has_position_ids:
             feed["position_ids"] = positions
         past = slot.arrays
-        empty = np.repeat(self._empty_past, len(ids), axis=0) if past is None else None
-        for name in self._past_names:
-            feed[name] = past[name] if past is not None else empty
+        if past is None:
+            feed.update(dict.fromkeys(self._past_names, np.repeat(self._empty_past, len(ids), axis=0)))
+        else:
+            feed.update({name: past[name] for name in self._past_names})
         try:
             results = self._session.run(self._outputs, feed)
         except Exception as exc:

@@ -145,13 +145,18 @@ class Benchmark:
     def _measurable(self) -> list[BenchTarget]:
         return [t for t in self.targets if t.name not in self.skipped]
 
-    def _job(self, job: dict[str, Any], target: BenchTarget | None = None) -> dict[str, Any] | None:
-        """Run a job. A GGUF job that fails fails the bench; another backend's is recorded as skipped."""
+    def _job(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Run a job; one that fails fails the bench."""
         self.jobs_run += 1
-        if target is None or target.backend == "gguf":
-            return run_job(job, self.settings.job_timeout_s)
+        return run_job(job, self.settings.job_timeout_s)
+
+    def _engine_job(self, job: dict[str, Any], target: BenchTarget) -> dict[str, Any] | None:
+        """Run a job on `target`'s engine. A GGUF job that fails fails the bench; another backend's is recorded
+        as skipped (None)."""
+        if target.backend == "gguf":
+            return self._job(job)
         try:
-            return run_job(job, self.settings.job_timeout_s)
+            return self._job(job)
         except BenchError as exc:
             self.skipped[target.name] = f"its {target.backend} runtime engine could not be measured: {exc.message}"
             return None
@@ -237,7 +242,7 @@ class Benchmark:
                 self.log(f"bench  {target.name}: thread sweep {order} (run {run + 1}/{self.settings.runs})")
                 job = {**engine_job(self.settings, target, 1, 1), "kind": "sweep", "threads": order}
                 job["max_decode_s"] = self.settings.sweep_max_decode_s
-                result = self._job(job, target)
+                result = self._engine_job(job, target)
                 if result is None:
                     continue
                 for threads, values in result["by_threads"].items():
@@ -269,7 +274,7 @@ class Benchmark:
                 if s.loads and gguf:
                     self._loads(target, base, got, extras[target.name]["load_skipped"])
                 for concurrency in s.concurrency:
-                    result = self._job({**base, "kind": "perf", "concurrency": concurrency}, target)
+                    result = self._engine_job({**base, "kind": "perf", "concurrency": concurrency}, target)
                     if result is None:
                         break
                     for key in ("decode_tok_s", "per_sequence_tok_s", "peak_rss_mib", "ttft_ms", "prompt_tok_s"):

@@ -199,9 +199,8 @@ class StepwiseEngine(StepwiseServing, VocabularyMixin):
 
     def finish(self, seq: int) -> None:
         state = self._seqs.pop(seq, None)
-        in_batch = state is not None and state.slot is None
         keeps = self._keeps(seq)  # a served sequence: its KV state stays in its slot for prefix reuse
-        if keeps and in_batch:
+        if keeps and state is not None and state.slot is None:  # it was in the batch
             self._unbatch(seq, state.pos)
         batch = self._batch
         if batch is not None and not any(s in self._seqs for s in batch.rows):

@@ -29,7 +29,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
@@ -127,10 +127,10 @@ class _WholePrompts:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
-    def pick_slot(self, free: list[int], prompt_ids: list[int]) -> int:
+    def pick_slot(self, free: Sequence[int], prompt_ids: Sequence[int]) -> int:
         return free[0]
 
-    def admit(self, seq: int, prompt_ids: list[int], sampling: Sampling) -> Reuse:
+    def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         self._first[seq] = self._engine.start(seq, prompt_ids, sampling)
         return Reuse(0, "")
 
@@ -299,8 +299,8 @@ class Scheduler:
             tokens = self.engine.advance(budget)
         except Exception as exc:
             log.exception("decode step failed")
-            for slot, request in list(self._slots.items()):
-                self._finish(slot, request, EventKind.ERROR, f"generation failed: {exc}")
+            for slot, failed in list(self._slots.items()):
+                self._finish(slot, failed, EventKind.ERROR, f"generation failed: {exc}")
             return
         seconds = time.perf_counter() - started
         self.prefill.observe(seconds, generating, self.engine.last_prompt_tokens)
