@@ -11,18 +11,14 @@ code has no test hook.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
+
+from pausing import pause, run_edgekit
 
 
 def main() -> None:
     stage, flag, *args = sys.argv[1:]
-
-    def pause() -> None:
-        Path(flag).write_text(str(os.getpid()))
-        time.sleep(600)
 
     from edgekit._util import fsutil
     from edgekit.store import cache
@@ -31,7 +27,7 @@ def main() -> None:
         swap_in = fsutil.swap_in
 
         def paused_swap(tmp: Path, final: Path) -> None:
-            pause()
+            pause(flag)
             swap_in(tmp, final)
 
         fsutil.swap_in = paused_swap
@@ -40,14 +36,11 @@ def main() -> None:
 
         def paused_publish(tmp: Path, final: Path) -> None:
             if final.parent.name == stage:
-                pause()
+                pause(flag)
             publish(tmp, final)
 
         cache.StageCache._publish = staticmethod(paused_publish)  # type: ignore[method-assign]
-    sys.argv = ["edgekit", *args]
-    from edgekit.cli import main as edgekit_main
-
-    edgekit_main()
+    run_edgekit(args)
 
 
 if __name__ == "__main__":

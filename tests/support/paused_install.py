@@ -13,19 +13,15 @@ patched here, in this process: production code has no test hook.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from pausing import pause, run_edgekit
 
 
 def main() -> None:
     point, flag, *args = sys.argv[1:]
-
-    def pause() -> None:
-        Path(flag).write_text(str(os.getpid()))
-        time.sleep(600)
 
     from edgekit.ship import install, unpack
 
@@ -35,7 +31,7 @@ def main() -> None:
         def paused_extract(tar: Any, member: Any, record: Any, dest: Path, label: str) -> None:
             extract(tar, member, record, dest, label)
             if member.name.startswith("models/"):
-                pause()
+                pause(flag)
 
         unpack.extract_member = paused_extract
     elif point == "verified":
@@ -43,7 +39,7 @@ def main() -> None:
 
         def paused_verify(slot: Path, policy: Any) -> Any:
             checked = verify(slot, policy)
-            pause()
+            pause(flag)
             return checked
 
         install.verify_slot = paused_verify
@@ -51,16 +47,13 @@ def main() -> None:
         cleanup = install.cleanup_slots
 
         def paused_cleanup(box: Any, keep: int) -> list[str]:
-            pause()
+            pause(flag)
             return cleanup(box, keep)
 
         install.cleanup_slots = paused_cleanup
     else:
         raise SystemExit(f"unknown pause point {point!r}")
-    sys.argv = ["edgekit", *args]
-    from edgekit.cli import main as edgekit_main
-
-    edgekit_main()
+    run_edgekit(args)
 
 
 if __name__ == "__main__":
