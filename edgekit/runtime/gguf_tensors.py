@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from edgekit._util.gguf_file import read_gguf
+
 EMBEDDING_TENSOR = "token_embd.weight"
 OUTPUT_TENSOR = "output.weight"
 
@@ -22,9 +24,7 @@ def matmul_params_by_type(path: Path) -> dict[str, int]:
 
 @functools.cache
 def _matmul_params(path: Path, size: int, mtime_ns: int) -> dict[str, int]:
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    reader = read_gguf(path)
     tied = OUTPUT_TENSOR not in {t.name for t in reader.tensors}
     out: dict[str, int] = {}
     for tensor in reader.tensors:

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.gguf_file import libraries_share_readers, read_gguf
+
 FILE_TYPES = {
     0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
     12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16",
@@ -23,9 +25,7 @@ FILE_TYPES = {
 
 def gguf_field_reader(path: Path) -> Callable[..., Any]:
     """field(key, default=None) → the value of a GGUF metadata key."""
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    reader = read_gguf(path)
 
     def field(key: str, default: Any = None) -> Any:
         value = reader.fields.get(key)
@@ -52,8 +52,9 @@ def gguf_to_hf_checkpoint(gguf_path: Path, out: Path) -> dict[str, Any]:
 
     info = describe_gguf(gguf_path)
     folder, name = gguf_path.parent, gguf_path.name
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    with libraries_share_readers():
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     follow_llama_cpp(config, gguf_field_reader(gguf_path))
@@ -95,7 +96,8 @@ def hf_tokenizer_from_gguf(gguf_path: Path) -> Any:
     from transformers import AutoTokenizer
 
     field = gguf_field_reader(gguf_path)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    with libraries_share_readers():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     return _clean_tokenizer(tokenizer, field, field("tokenizer.ggml.model"))
 
 
@@ -186,4 +188,5 @@ def transformers_model_type(gguf_path: Path) -> str | None:
         return None
     from transformers import AutoConfig
 
-    return str(AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name).model_type)
+    with libraries_share_readers():
+        return str(AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name).model_type)

@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.gguf_file import read_gguf
 from edgekit.runtime.gguf_tensors import EMBEDDING_TENSOR, OUTPUT_TENSOR
 
 
 def tensor_summary(path: Path) -> dict[str, Any]:
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    reader = read_gguf(path)
     types: dict[str, dict[str, int]] = {}
     total_bytes = total_params = 0
     per_token_bytes = 0
@@ -56,9 +55,7 @@ def tensor_summary(path: Path) -> dict[str, Any]:
 
 
 def metadata(path: Path, prefix: str | tuple[str, ...] = "") -> dict[str, Any]:
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    reader = read_gguf(path)
     out: dict[str, Any] = {}
     for name, value in reader.fields.items():
         if not name.startswith(prefix) or name.startswith("GGUF.") or name.startswith("tokenizer.ggml.t"):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.gguf_file import read_gguf
 from edgekit._util.hashing import sha256_file
 from edgekit._util.suggest import did_you_mean
 from edgekit.backends.child import run_logged
@@ -42,9 +43,7 @@ def compute_imatrix(model: Path, text: str, chunks: int, context: int, out_dir: 
 
 def imatrix_summary(path: Path) -> dict[str, Any]:
     """What an imatrix file says about itself: chunks, tokens per chunk, entries, the dataset named."""
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    reader = read_gguf(path)
 
     def field(key: str) -> Any:
         value = reader.fields.get(key)
@@ -103,9 +102,7 @@ def tensor_names(kind: str, location: Path, converter_script: Path | None) -> li
 
 def gguf_tensor_names(path: Path) -> list[str]:
     """The tensor names in a GGUF file's header."""
-    import gguf
-
-    return [t.name for t in gguf.GGUFReader(path).tensors]
+    return [t.name for t in read_gguf(path).tensors]
 
 
 def override_problems(options: GGUFOptions, names: list[str]) -> list[RecipeProblem]:
