@@ -81,22 +81,6 @@ class SourceError(EdgekitError):
     exit_code = ExitCode.BAD_INPUT
 
 
-class SourceTokenizerError(SourceError):
-    """The Hugging Face tokenizer of a GGUF source cuts text differently from the GGUF's own (llama.cpp's)."""
-
-    def __init__(self, source: str, tokenizer: str | None, position: int, expected: list[int], got: list[int],
-                 compared: int) -> None:  # fmt: skip
-        self.position = position
-        which = f"the tokenizer from {tokenizer}" if tokenizer else "the tokenizer rebuilt from its metadata"
-        super().__init__(
-            f"{source}: {which} tokenizes the eval text differently from llama.cpp's reading of the GGUF: first "
-            f"difference at token {position} of {compared} (llama.cpp {expected}, Hugging Face {got}); the "
-            "reference and the OpenVINO/ONNX exports would score other tokens than the GGUF artifacts",
-            'give the model\'s original tokenizer in [model]: tokenizer = "hf://ORG/NAME" with tokenizer_revision, '
-            'or tokenizer = "path/to/folder" holding its tokenizer files; nothing was built',
-        )
-
-
 class ReferenceMismatchError(UsageError):
     """An imported reference was computed from other inputs than the recipe plans (`build --reference DIR`)."""
 

@@ -55,6 +55,9 @@ class ModelInfo:
     architecture: str  # "LlamaForCausalLM" (config.json) or the GGUF's general.architecture ("llama")
     model_type: str | None  # transformers' model_type; for a GGUF, as transformers reads it (None: it cannot)
     location: Path  # the folder holding config.json and the tokenizer files, or the GGUF file
+    # A GGUF source only: why the Hugging Face tokenizer of its dequantized checkpoint cuts the eval text otherwise
+    # than llama.cpp reads the file (with the fix), or None when they agree (or nothing asked).
+    tokenizer_differs: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ class BuildBackend(ABC, Generic[OptionsT]):
 
         The default suits a backend that converts a Hugging Face checkpoint (`convert`): transformers must know
         the model type as a causal LM, the checkpoint's own or, for a GGUF source, the one its GGUF loader reads
-        (the checkpoint is dequantized from the file). A backend that converts GGUF files itself (`converts_gguf`)
+        (the checkpoint is dequantized from the file), and the checkpoint's tokenizer must cut text as llama.cpp
+        reads the file (`model.tokenizer_differs`). A backend that converts GGUF files itself (`converts_gguf`)
         takes every GGUF source by default: override this to say which ones it cannot read.
         """
         if model.kind == "gguf" and self.converts_gguf:
@@ -138,7 +142,7 @@ class BuildBackend(ABC, Generic[OptionsT]):
         why = transformers_reason(model.model_type, model.architecture, model.kind == "gguf", env.cache_root)
         if why is not None and model.kind == "gguf":
             return f"{why}, so there is no checkpoint for the {self.name} backend to convert"
-        return why
+        return why or (model.tokenizer_differs if model.kind == "gguf" else None)
 
     def check_model(self, scheme: str, options: OptionsT, model: ModelInfo, env: BuildEnv) -> list[RecipeProblem]:
         """Problems with options that only the model can show (tensor names), found before any weights are read.

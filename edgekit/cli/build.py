@@ -151,6 +151,10 @@ def _render_plan(described: dict[str, Any]) -> None:
         needs = ", ".join(ids.get(k, k[:12]) for k in task["deps"])
         table.add_row(task["id"], (task["key"] or "—")[:12], state, needs or "—")
     console.print(table)
+    for skipped in described["skipped"]:
+        console.print(f"[yellow]{escape(skipped['name'])}: not built[/]: {escape(skipped['reason'])}", highlight=False)
+    if described["tokenizer"]:
+        console.print(f"token ids from: {described['tokenizer']}")
     summary = described["summary"]
     console.print(
         f"{summary['tasks']} tasks: {summary['cached']} cached, {summary['to_run']} to run; --json for inputs"

@@ -1,14 +1,16 @@
 """Which requested backends can take this model's architecture: checked before any weights are downloaded.
 
 A Hugging Face source is judged from its config.json and tokenizer files (an hf:// source downloads only
-those at planning time); a GGUF source from its header. Each backend says why it cannot convert the model
-(`BuildBackend.unsupported`); the reference needs transformers to build the model. A required target that
-cannot be built stops the plan (exit 2, naming the architecture and the backend); an optional one is left
-out, and the report says why.
+those at planning time); a GGUF source from its header and, when a target exports its dequantized checkpoint,
+from how that checkpoint's tokenizer cuts the eval text (`edgekit.plan.tokenizer_check`). Each backend says why
+it cannot convert the model (`BuildBackend.unsupported`); the reference needs transformers to build the model.
+A required target that cannot be built stops the plan (exit 2, naming the architecture and the backend); an
+optional one is left out, and the report says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,8 +19,10 @@ from edgekit.backends.catalog import build_backend
 from edgekit.backends.support import transformers_reason
 from edgekit.errors import RecipeError, RecipeProblem
 from edgekit.plan.tasks import FetchTask, SkippedTarget
+from edgekit.plan.tokenizer_check import gguf_tokenizer_difference
 from edgekit.recipe.load import Recipe
 from edgekit.recipe.targets import Target
+from edgekit.signoff.evaldata import load_text
 from edgekit.sources import hub
 from edgekit.store.memo import remembered
 
@@ -45,6 +49,10 @@ def buildable_targets(
 ) -> tuple[list[Target], tuple[SkippedTarget, ...]]:
     """The targets whose backend can take this architecture; optional others are skipped, required ones refused."""
     model = model_info(fetch, env.cache_root)
+    exports = any(not build_backend(t.backend).converts_gguf for t in recipe.targets)
+    if fetch.kind == "gguf" and exports and model.model_type is not None:  # None: no checkpoint to export at all
+        text = load_text(recipe.spec.validation.text, recipe.base_dir)
+        model = dataclasses.replace(model, tokenizer_differs=gguf_tokenizer_difference(fetch, text, env.cache_root))
     problems: list[RecipeProblem] = []
     why = None
     if recipe.spec.validation.enabled:  # the reference is built with transformers

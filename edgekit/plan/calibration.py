@@ -12,21 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgekit._util.versions import dist_version
 from edgekit.backends.catalog import build_backend
 from edgekit.errors import RecipeError, RecipeProblem, SourceError
+from edgekit.plan.eval_tokenizer import open_tokenizer, tokenizer_versions
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe.load import Recipe
 from edgekit.recipe.targets import Target
 from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText, TokenIds, load_text
+from edgekit.sources.tokenizer import TokenizerKind
 from edgekit.store.memo import remembered
-
-if TYPE_CHECKING:
-    from edgekit.sources.tokenizer import HFTokenizer
 
 MEMO_FORMAT = 1
 
@@ -40,27 +37,34 @@ class CalibrationSource:
     ids: np.ndarray
     fetch: FetchTask
     cache_root: Path
+    tokenizer: TokenizerKind  # what cut `ids`
 
     def cut(self, need: int) -> CalibrationSet:
         """The last `need` tokens (checked by `calibration_source` for every step of the recipe)."""
         start = len(self.ids) - need
-        return CalibrationSet(self.origin, self.text.sha256, start, len(self.ids), TokenIds.of(self.ids[start:]))
+        return CalibrationSet(self.origin, self.text.sha256, start, len(self.ids), TokenIds.of(self.ids[start:]),
+                              self.tokenizer)  # fmt: skip
 
     def char_start(self, token: int) -> int:
         """Where token `token` starts in the text: tools that tokenize text themselves read from there."""
         inputs = {"format": MEMO_FORMAT, "source": self.fetch.key, "text": self.text.sha256, "token": token,
-                  "tokenizer": {"transformers": dist_version("transformers"),
-                                "tokenizers": dist_version("tokenizers")}}  # fmt: skip
+                  "tokenizer": tokenizer_versions(self.tokenizer)}  # fmt: skip
 
         def find() -> int:
-            _, offsets = _tokenizer(self.fetch).tokenize_with_offsets(self.text.text)
+            with open_tokenizer(self.fetch, self.tokenizer) as tokenizer:
+                _, offsets = tokenizer.tokenize_with_offsets(self.text.text)
             return int(offsets[token][0])
 
         return int(remembered(self.cache_root, "calibration-chars", inputs, find))
 
 
 def calibration_source(
-    recipe: Recipe, targets: list[Target], fetch: FetchTask, cache_root: Path, evaluation: EvalPlan | None
+    recipe: Recipe,
+    targets: list[Target],
+    fetch: FetchTask,
+    cache_root: Path,
+    evaluation: EvalPlan | None,
+    tokenizer: TokenizerKind,
 ) -> CalibrationSource | None:
     """The calibration tokens when any target (or ladder candidate) is data-aware; refuses overlap with the
     scored tokens, and too short a text, for each of them."""
@@ -73,7 +77,7 @@ def calibration_source(
     origin = recipe.spec.calibration.text or recipe.spec.validation.text
     key = "calibration.text" if recipe.spec.calibration.text else "validation.text"
     text = load_text(origin, recipe.base_dir)
-    ids = np.asarray(_token_ids(text, fetch, cache_root), dtype=np.int32)
+    ids = np.asarray(_token_ids(text, fetch, cache_root, tokenizer), dtype=np.int32)
     scored_end = len(evaluation.ids) if evaluation is not None and evaluation.text.sha256 == text.sha256 else 0
     problems = {}
     for name, i, need in needs:
@@ -87,7 +91,7 @@ def calibration_source(
             problems[where] = RecipeProblem(where, _overlap(name, need, start, len(ids), scored_end, origin))
     if problems:
         raise RecipeError(recipe.path, list(problems.values()))
-    return CalibrationSource(text, origin, ids, fetch, cache_root)
+    return CalibrationSource(text, origin, ids, fetch, cache_root, tokenizer)
 
 
 def _overlap(name: str, need: int, start: int, total: int, scored_end: int, origin: str) -> str:
@@ -99,26 +103,16 @@ def _overlap(name: str, need: int, start: int, total: int, scored_end: int, orig
     )
 
 
-def _token_ids(text: EvalText, fetch: FetchTask, cache_root: Path) -> list[int]:
-    """The whole text's token ids from the reference tokenizer, remembered per (source, text, tokenizer versions)."""
-    inputs = {
-        "format": MEMO_FORMAT,
-        "source": fetch.key,
-        "text": text.sha256,
-        "tokenizer": {"transformers": dist_version("transformers"), "tokenizers": dist_version("tokenizers")},
-    }
+def _token_ids(text: EvalText, fetch: FetchTask, cache_root: Path, tokenizer: TokenizerKind) -> list[int]:
+    """The whole text's token ids, remembered per (source, text, tokenizer and its versions)."""
+    inputs = {"format": MEMO_FORMAT, "source": fetch.key, "text": text.sha256,
+              "tokenizer": tokenizer_versions(tokenizer)}  # fmt: skip
 
     def tokenize() -> list[int]:
-        return _tokenizer(fetch).tokenize(text.text)
+        with open_tokenizer(fetch, tokenizer) as opened:
+            return opened.tokenize(text.text)
 
     ids = remembered(cache_root, "calibration-tokens", inputs, tokenize)
     if not ids:
         raise SourceError(f"{text.origin}: the calibration text has no tokens", "point it at a longer text")
     return ids
-
-
-def _tokenizer(fetch: FetchTask) -> HFTokenizer:
-    from edgekit.sources.tokenizer import reference_tokenizer
-
-    tokenizer_dir = fetch.tokenizer.location if fetch.tokenizer else ""
-    return reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision, tokenizer_dir)

@@ -13,6 +13,8 @@ Schema (version 1; as a JSON Schema: edgekit/cli/schemas/plan.json, `edgekit sch
                  "inputs": {...},                     the declared inputs as they enter the key (upstream tasks as keys)
                  "ladder": {"target", "candidate", "position", "runs"}}  only on a scheme = "auto" candidate's
                ],                                     tasks: they run in order, until one passes
+     "skipped": [{"name", "backend", "scheme", "reason"}],  optional targets left out, and why (with the fix)
+     "tokenizer": "llama.cpp (source GGUF)",              what cuts the eval text into ids (null: nothing does)
      "summary": {"tasks": n, "cached": n, "to_run": n}}
 
 The bundle task is listed last; it is never cached (it writes dist/<name>/ each time).
@@ -62,6 +64,8 @@ def describe(plan: Plan, cache: StageCache) -> dict[str, Any]:
         "recipe": str(plan.recipe),
         "bundle": bundle.final,
         "tasks": tasks,
+        "skipped": [dataclasses.asdict(t) for t in bundle.skipped],
+        "tokenizer": bundle.report.tokenizer,
         "summary": {"tasks": len(tasks), "cached": cached, "to_run": len(tasks) - cached},
     }
 

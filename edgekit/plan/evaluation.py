@@ -1,8 +1,9 @@
 """The scored data of a build, resolved once at planning time: text, token ids, windows, cloze items, tasks.
 
-Every token id comes from the reference tokenizer (`edgekit.sources.tokenizer`), so every stage scores
-the same tokens. Tokenizing costs a tokenizer load; the result is remembered in the cache under the
-hash of everything it depends on (the source's fetch key covers its tokenizer files).
+Every token id comes from one tokenizer (`edgekit.plan.eval_tokenizer`: the Hugging Face tokenizer, or
+llama.cpp's reading of a GGUF source whose every target is a GGUF), so every stage scores the same tokens.
+Tokenizing costs a tokenizer load; the result is remembered in the cache under the hash of everything it
+depends on (the source's fetch key covers its tokenizer files).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._util.hashing import sha256_file
-from edgekit._util.versions import dist_version
+from edgekit.plan.eval_tokenizer import EvalTokenizer, open_tokenizer, tokenizer_versions
 from edgekit.plan.tasks import FetchTask
 from edgekit.recipe.schema import ValidationSection
 from edgekit.signoff.evaldata import (
@@ -30,12 +31,15 @@ from edgekit.signoff.evaldata import (
     multiple_choice_task,
 )
 from edgekit.sources import resolve_path
+from edgekit.sources.tokenizer import TokenizerKind
 from edgekit.store.memo import remembered
 
 MEMO_FORMAT = 2  # 2: lm-eval pair tokenization, chat prompts
 
 
-def eval_plan(cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_root: Path) -> EvalPlan:
+def eval_plan(
+    cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_root: Path, tokenizer: TokenizerKind
+) -> EvalPlan:
     text = load_text(cfg.text, base_dir)
     task_files = [resolve_path(t, base_dir) for t in cfg.tasks]
     inputs = {
@@ -47,18 +51,23 @@ def eval_plan(cfg: ValidationSection, base_dir: Path, fetch: FetchTask, cache_ro
         "cloze": cfg.cloze.model_dump(),
         "tasks": [sha256_file(p) for p in task_files],
         "prompts": list(cfg.prompts),
-        "tokenizer": {"transformers": dist_version("transformers"), "tokenizers": dist_version("tokenizers")},
+        "tokenizer": tokenizer_versions(tokenizer),
     }
-    tokenized = remembered(cache_root, "eval-plans", inputs, lambda: _tokenize(cfg, text, task_files, fetch))
-    return _from_tokenized(cfg, text, tokenized)
+
+    def tokenize() -> dict[str, Any]:
+        with open_tokenizer(fetch, tokenizer) as opened:
+            return _tokenize(cfg, text, task_files, opened)
+
+    tokenized = remembered(cache_root, "eval-plans", inputs, tokenize)
+    return _from_tokenized(cfg, text, tokenized, tokenizer)
 
 
-def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], fetch: FetchTask) -> dict[str, Any]:
-    from edgekit.sources.tokenizer import reference_tokenizer
-
-    tokenizer_dir = fetch.tokenizer.location if fetch.tokenizer else ""
-    tokenizer = reference_tokenizer(fetch.kind, fetch.uri, fetch.location, fetch.revision, tokenizer_dir)
-    ids, offsets = tokenizer.tokenize_with_offsets(text.text)
+def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], tokenizer: EvalTokenizer
+              ) -> dict[str, Any]:  # fmt: skip
+    if cfg.cloze.enabled:
+        ids, offsets = tokenizer.tokenize_with_offsets(text.text)
+    else:
+        ids, offsets = tokenizer.tokenize(text.text), []
     windows = make_windows(ids, cfg.context_length, cfg.max_tokens)
     cloze = (
         cloze_items(text.text, offsets, windows, cfg.cloze.items, cfg.cloze.min_word_chars) if cfg.cloze.enabled else []
@@ -84,7 +93,8 @@ def _tokenize(cfg: ValidationSection, text: EvalText, task_files: list[Path], fe
     }
 
 
-def _from_tokenized(cfg: ValidationSection, text: EvalText, tokenized: dict[str, Any]) -> EvalPlan:
+def _from_tokenized(cfg: ValidationSection, text: EvalText, tokenized: dict[str, Any], tokenizer: TokenizerKind
+                    ) -> EvalPlan:  # fmt: skip
     tasks = tuple(
         ChoiceTask(t["name"], t["kind"], tuple(TaskItem(tuple(i[0]), *i[1:]) for i in t["items"]), t["sha256"])
         for t in tokenized["tasks"]
@@ -98,4 +108,5 @@ def _from_tokenized(cfg: ValidationSection, text: EvalText, tokenized: dict[str,
         cloze_settings=cfg.cloze.model_dump(),
         tasks=tasks,
         prompts=tuple(Prompt(text, tuple(ids), tuple(stop)) for text, ids, stop in tokenized["prompts"]),
+        tokenizer=tokenizer,
     )

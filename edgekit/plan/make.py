@@ -1,8 +1,9 @@
 """A recipe, resolved once into a plan: a DAG of tasks, each holding exactly its inputs.
 
 Resolving checks everything that can be checked without work (preflight), hashes the source, loads
-and tokenizes the eval text, and asks each backend for the tool versions its output depends on. No
-stage function ever sees the recipe.
+and tokenizes the eval text (with llama.cpp's reading of a GGUF source whose every target is a GGUF, else with
+the Hugging Face tokenizer: `edgekit.plan.eval_tokenizer`), and asks each backend for the tool versions its
+output depends on. No stage function ever sees the recipe.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from edgekit.backends.catalog import build_backend
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
+from edgekit.plan.eval_tokenizer import ids_tokenizer
 from edgekit.plan.evaluation import eval_plan
 from edgekit.plan.preflight import preflight
 from edgekit.plan.reference import reference_task
@@ -41,14 +43,12 @@ from edgekit.plan.tasks import (
     TargetPlan,
     Task,
 )
-from edgekit.plan.tokenizer_check import check_gguf_tokenizer
 from edgekit.recipe.load import DEFAULT_RECIPE, Recipe
-from edgekit.recipe.targets import Target
 from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.benchmark import BENCH_METHOD, BENCH_SCHEMA
 from edgekit.runtime.bench.settings import BenchSettings
-from edgekit.signoff.evaldata import EvalPlan, load_text
+from edgekit.signoff.evaldata import EvalPlan
 from edgekit.sources.synthetic import is_synthetic
 from edgekit.sources.synthetic import parse as parse_synthetic
 
@@ -112,19 +112,19 @@ def make_plan(
     fetch = fetch_task(recipe.spec.model, recipe.base_dir, cache_root)
     kept, skipped = buildable_targets(recipe, fetch, env)
     backend_versions = {b: build_backend(b).versions(env) for b in dict.fromkeys(t.backend for t in kept)}
-    if fetch.kind == "gguf" and _reads_hf_tokenizer(recipe, kept):
-        check_gguf_tokenizer(fetch, load_text(recipe.spec.validation.text, recipe.base_dir), cache_root)
+    tokenizer = ids_tokenizer(fetch, kept)  # a kept target that reads the HF tokenizer agrees with llama.cpp
     cfg = recipe.spec.validation
-    evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root) if cfg.enabled else None
+    evaluation = eval_plan(cfg, recipe.base_dir, fetch, cache_root, tokenizer) if cfg.enabled else None
     reference = reference_task(cfg, fetch, evaluation) if evaluation is not None else None
     provenance = _provenance(fetch, sha256_json(recipe.spec.model.model_dump(mode="json")))
     converts = {b: _convert(fetch, b, v, provenance) for b, v in backend_versions.items()}
-    calibration = calibration_source(recipe, kept, fetch, cache_root, evaluation)
+    calibration = calibration_source(recipe, kept, fetch, cache_root, evaluation, tokenizer)
     inputs = TargetInputs(recipe, converts, reference, _bootstrap(recipe), calibration, threads)
     planned = [plan_target(inputs, t, i) for i, t in enumerate(kept)]
     targets = tuple(t for t in planned if isinstance(t, TargetPlan))
     auto = tuple(t for t in planned if isinstance(t, AutoTarget))
-    report = _report(recipe, Path(final).name if final else recipe.name, command, evaluation, reproduce)
+    tokenized = tokenizer.label if evaluation is not None or calibration is not None else None
+    report = _report(recipe, Path(final).name if final else recipe.name, command, evaluation, reproduce, tokenized)
     bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None  # "fastest" ladders: on this machine
     auto = tuple(dataclasses.replace(a, bench=fastest_bench(bench, a, report)) if a.objective == "fastest" and bench
                  else a for a in auto)  # fmt: skip
@@ -147,11 +147,6 @@ def make_plan(
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, env)
-
-
-def _reads_hf_tokenizer(recipe: Recipe, targets: list[Target]) -> bool:
-    """The reference, and any backend that exports from the dequantized checkpoint, read its HF tokenizer."""
-    return recipe.spec.validation.enabled or any(not build_backend(t.backend).converts_gguf for t in targets)
 
 
 def _convert(fetch: FetchTask, backend: str, versions: dict[str, Any], provenance: dict[str, str]) -> ConvertTask:
@@ -204,9 +199,8 @@ def fastest_bench(bench: BenchTask, auto: AutoTarget, report: ReportTask) -> Ben
     return bench_over(bench, auto.candidates, True, report.on_inconclusive)
 
 
-def _report(
-    recipe: Recipe, bundle_name: str, command: str, evaluation: EvalPlan | None, reproduce: str | None
-) -> ReportTask:
+def _report(recipe: Recipe, bundle_name: str, command: str, evaluation: EvalPlan | None, reproduce: str | None,
+            tokenizer: str | None) -> ReportTask:  # fmt: skip
     cfg = recipe.spec.validation
     default = Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
     return ReportTask(
@@ -222,6 +216,7 @@ def _report(
         reproduce=reproduce or ("edgekit build" if default else f"edgekit build {shlex.quote(str(recipe.path))}"),
         scored_range=(0, len(evaluation.ids)) if evaluation is not None else None,
         scored_sha256=str(evaluation.ids.key_form()["sha256"]) if evaluation is not None else None,
+        tokenizer=tokenizer,
     )
 
 

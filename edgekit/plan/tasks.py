@@ -352,6 +352,7 @@ class ReportTask(Task):
     reproduce: str
     scored_range: tuple[int, int] | None = None  # token range of the eval text that validation scores
     scored_sha256: str | None = None  # sha256 of those token ids
+    tokenizer: str | None = None  # what cut the eval and calibration text into ids ("llama.cpp (source GGUF)")
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,41 @@
-"""A GGUF source's tokenizer is the ground truth: the Hugging Face tokenizer the reference and the OpenVINO and
-ONNX exports use must cut the eval text into the same ids as llama.cpp does, or every figure compares
-different token streams. Checked at planning time, in seconds, before any conversion or reference."""
+"""A GGUF source's tokenizer is the ground truth: a target that exports the checkpoint dequantized from it (OpenVINO,
+ONNX Runtime) ships the Hugging Face tokenizer of that checkpoint, which must cut the eval text into the same
+ids as llama.cpp does, or its figures compare other token streams. Checked at planning time, in seconds, before
+any conversion or reference; a target it fails is refused alone (`BuildBackend.unsupported`, through
+`ModelInfo.tokenizer_differs`) while the GGUF targets build on llama.cpp's ids.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from edgekit._util.versions import dist_version
-from edgekit.errors import SourceTokenizerError
 from edgekit.plan.tasks import FetchTask
 from edgekit.signoff.evaldata import EvalText, first_difference
 from edgekit.store.memo import remembered
 
+FIX = (
+    'give the model\'s original tokenizer in [model] tokenizer: tokenizer = "hf://ORG/NAME" with '
+    'tokenizer_revision, or tokenizer = "path/to/folder" holding its tokenizer files'
+)
 
-def check_gguf_tokenizer(fetch: FetchTask, text: EvalText, cache_root: Path) -> None:
-    """Raise SourceTokenizerError when the HF tokenizer and llama.cpp tokenize `text` differently."""
+
+def gguf_tokenizer_difference(fetch: FetchTask, text: EvalText, cache_root: Path) -> str | None:
+    """Why the Hugging Face tokenizer of a GGUF source's checkpoint is not llama.cpp's on `text` (with the fix),
+    or None when both cut it into the same ids."""
     versions = {d: dist_version(d) for d in ("llama-cpp-python", "transformers", "tokenizers")}
     inputs = {"source": fetch.key, "text": text.sha256, "versions": versions}
     found = remembered(cache_root, "tokenizer-checks", inputs, lambda: _compare(fetch, text))
-    if found["position"] is not None:
-        raise SourceTokenizerError(fetch.uri, fetch.tokenizer.uri if fetch.tokenizer else None, **found)
+    if found["position"] is None:
+        return None
+    which = "the tokenizer rebuilt from its metadata"
+    if fetch.tokenizer is not None:
+        which = f"the tokenizer from {fetch.tokenizer.uri}"
+    return (
+        f"{which} tokenizes the eval text differently from llama.cpp's reading of the GGUF: first difference at "
+        f"token {found['position']} of {found['compared']} (llama.cpp {found['expected']}, Hugging Face "
+        f"{found['got']}), so its export would score other tokens; {FIX}"
+    )
 
 
 def _compare(fetch: FetchTask, text: EvalText) -> dict[str, object]:

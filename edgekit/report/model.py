@@ -216,6 +216,7 @@ def _eval_data(ref: dict[str, Any] | None, task: ReportTask) -> dict[str, Any] |
         "tasks": list(task.tasks_files),
         "scored_token_range": list(task.scored_range) if task.scored_range else None,
         "scored_ids_sha256": task.scored_sha256,
+        "tokenizer": task.tokenizer,
     }
 
 

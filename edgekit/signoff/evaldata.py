@@ -1,7 +1,8 @@
 """Evaluation data: the held-out text, its chunks, the cloze task and multiple-choice task files.
 
-All token ids come from the reference tokenizer; every backend is first checked to tokenize the
-same text to the same ids, then fed these ids, so every candidate is scored on the same tokens.
+All token ids come from one tokenizer (`TokenizerKind`: Hugging Face's, or llama.cpp's reading of a GGUF
+source); every backend is first checked to tokenize the same text to the same ids, then fed these ids, so
+every candidate is scored on the same tokens.
 
 The cloze task needs no data of its own: its items are sentence-final words inside the perplexity
 windows (see `cloze_items`).
@@ -36,6 +37,7 @@ import numpy as np
 from edgekit._util.hashing import sha256_text
 from edgekit.errors import SourceError
 from edgekit.sources import resolve_path
+from edgekit.sources.tokenizer import TokenizerKind
 
 Tokenize = Callable[[str], list[int]]
 
@@ -137,20 +139,21 @@ class EvalPlan:
     """The scored data of a build, resolved once: the text, its token ids, windows, cloze items and tasks."""
 
     text: EvalText
-    ids: TokenIds  # the whole windows' tokens, as the reference tokenizer cut the text
+    ids: TokenIds  # the whole windows' tokens, as `tokenizer` cut the text
     context_length: int
     max_tokens: int
     cloze: tuple[ClozeItem, ...]
     cloze_settings: dict[str, object]
     tasks: tuple[ChoiceTask, ...]
     prompts: tuple[Prompt, ...] = ()  # empty when the model has no chat template
+    tokenizer: TokenizerKind = TokenizerKind.HUGGING_FACE
 
     @property
     def windows(self) -> Windows:
         return Windows(self.ids.array(), self.context_length, self.context_length // 2)
 
     def key_form(self) -> dict[str, object]:
-        return {
+        return tokenizer_keyed(self.tokenizer) | {
             "text_sha256": self.text.sha256,
             "ids": self.ids.key_form(),
             "context_length": self.context_length,
@@ -171,14 +174,22 @@ class CalibrationSet:
     start: int
     end: int
     ids: TokenIds
+    tokenizer: TokenizerKind = TokenizerKind.HUGGING_FACE
 
     def key_form(self) -> dict[str, Any]:
-        return {"text_sha256": self.text_sha256, "range": [self.start, self.end], "ids": self.ids.key_form()}
+        return tokenizer_keyed(self.tokenizer) | {"text_sha256": self.text_sha256, "range": [self.start, self.end],
+                                                  "ids": self.ids.key_form()}  # fmt: skip
 
     def record(self) -> dict[str, Any]:
         """How the manifest and the sign-off describe it."""
         return {"text": self.origin, "text_sha256": self.text_sha256, "token_range": [self.start, self.end],
-                "ids_sha256": self.ids.key_form()["sha256"]}  # fmt: skip
+                "ids_sha256": self.ids.key_form()["sha256"], "tokenizer": self.tokenizer.label}  # fmt: skip
+
+
+def tokenizer_keyed(tokenizer: TokenizerKind) -> dict[str, str]:
+    """The tokenizer that cut the ids, as it enters the keys of every task that reads them. Hugging Face ids keep
+    the keys they had before llama.cpp could cut them (the entries made then stay valid)."""
+    return {} if tokenizer is TokenizerKind.HUGGING_FACE else {"tokenizer": str(tokenizer)}
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

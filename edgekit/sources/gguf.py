@@ -10,12 +10,16 @@ recognises it and the tokenization check downstream compares like with like.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgekit._util.gguf_file import libraries_share_readers, read_gguf
+from edgekit.errors import SourceError
 
 FILE_TYPES = {
     0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
@@ -141,8 +145,9 @@ def _clean_tokenizer(tokenizer: Any, field: Any, tokenizer_model: str | None) ->
 
 
 @contextmanager
-def _llama_cpp_vocabulary(gguf_path: Path) -> Iterator[Any]:
-    """llama.cpp's vocabulary of a GGUF (no weights read, no context, no log lines), or None if it cannot load."""
+def _llama_cpp_model(gguf_path: Path) -> Iterator[Any]:
+    """llama.cpp's vocabulary-only model of a GGUF (no weights read, no context, no log lines), or None if it
+    cannot load."""
     import llama_cpp
     from llama_cpp._logger import set_verbose
 
@@ -152,29 +157,110 @@ def _llama_cpp_vocabulary(gguf_path: Path) -> Iterator[Any]:
     params.vocab_only = True
     model = llama_cpp.llama_model_load_from_file(str(gguf_path).encode(), params)
     try:
-        yield llama_cpp.llama_model_get_vocab(model) if model else None
+        yield model or None
     finally:
         if model:
             llama_cpp.llama_model_free(model)
 
 
+class LlamaCppTokenizer:
+    """The GGUF's own tokenizer, as llama.cpp reads it: what every GGUF artifact of the file tokenizes with."""
+
+    def __init__(self, model: Any) -> None:
+        import llama_cpp
+
+        self._llama = llama_cpp
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        template = llama_cpp.llama_model_chat_template(model, None)
+        self.chat_template: str | None = template.decode("utf-8") if template else None
+        n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.eog_ids = tuple(i for i in range(n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, i))
+
+    def _special(self, value: int) -> int | None:
+        return value if value >= 0 else None
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._special(int(self._llama.llama_vocab_bos(self._vocab)))
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._special(int(self._llama.llama_vocab_eos(self._vocab)))
+
+    def tokenize(self, text: str) -> list[int]:
+        """`text` as llama.cpp cuts it, special tokens parsed (as the Hugging Face tokenizer and the engine do)."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (self._llama.llama_token * capacity)()
+        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, True)
+        if n < 0:  # never more tokens than bytes, but follow the API's contract
+            capacity = -n
+            buf = (self._llama.llama_token * capacity)()
+            n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, True)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes token `token` stands for (a special token's text included)."""
+        buf = ctypes.create_string_buffer(64)
+        n = self._llama.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._llama.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, True)
+        return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's text of a token (e.g. '<|im_end|>')."""
+        text = self._llama.llama_vocab_get_text(self._vocab, int(token))
+        return text.decode("utf-8", errors="replace") if text else ""
+
+    def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids and each token's [start, end) in `text`, in characters (as a Hugging Face tokenizer gives)."""
+        ids = self.tokenize(text)
+        return ids, char_offsets(text, [self.piece(t) for t in ids])
+
+
+def char_offsets(text: str, pieces: list[bytes]) -> list[tuple[int, int]]:
+    """Character spans of `pieces`, the bytes of consecutive tokens of `text`. A SentencePiece vocabulary that adds
+    a space in front of the text gives a first piece with a space the text does not have; a token inside a
+    multi-byte character spans the whole character."""
+    data = text.encode("utf-8")
+    joined = b"".join(pieces)
+    skip = len(joined) - len(data)
+    if joined[skip:] != data or skip not in (0, 1) or (skip and joined[:1] != b" "):
+        raise SourceError(
+            "llama.cpp's tokens of the eval text do not spell the text back (its vocabulary normalises it), so "
+            "token positions in the text are unknown",
+            "set [validation.cloze] enabled = false, or give a text the vocabulary keeps as it is",
+        )
+    char_of = np.repeat(np.arange(len(text) + 1), [len(c.encode("utf-8")) for c in text] + [1])
+    ends = np.maximum(np.cumsum([len(p) for p in pieces], dtype=np.int64) - skip, 0)
+    starts = np.concatenate([[0], ends[:-1]]) if len(pieces) else ends
+    spans = []
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        spans.append((int(char_of[a]), int(char_of[b - 1]) + 1 if b > a else int(char_of[a])))
+    return spans
+
+
+@contextmanager
+def llama_cpp_tokenizer(gguf_path: Path) -> Iterator[LlamaCppTokenizer]:
+    """The GGUF's tokenizer, open while the block runs (a vocabulary-only load: a second or two)."""
+    with _llama_cpp_model(gguf_path) as model:
+        if model is None:
+            raise SourceError(f"llama.cpp cannot load the vocabulary of {gguf_path}",
+                              "check that the file is a complete GGUF that llama.cpp reads")  # fmt: skip
+        yield LlamaCppTokenizer(model)
+
+
 def llama_cpp_tokenize(gguf_path: Path, text: str) -> list[int]:
     """The GGUF's own tokenization of `text`, by llama.cpp, special tokens parsed as the HF tokenizer does."""
-    import llama_cpp
-
-    data = text.encode("utf-8")
-    with _llama_cpp_vocabulary(gguf_path) as vocab:
-        if vocab is None:
-            raise ValueError(f"llama.cpp cannot load {gguf_path}")
-        buf = (llama_cpp.llama_token * (len(data) + 8))()
-        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, len(buf), False, True)
-        return list(buf[:n])
+    with llama_cpp_tokenizer(gguf_path) as tokenizer:
+        return tokenizer.tokenize(text)
 
 
 def llama_cpp_reads(gguf_path: Path) -> str | None:
     """None when llama.cpp reads the GGUF's vocabulary (its architecture and tokenizer); else why not."""
-    with _llama_cpp_vocabulary(gguf_path) as vocab:
-        if vocab is not None:
+    with _llama_cpp_model(gguf_path) as model:
+        if model is not None:
             return None
     return f"llama.cpp cannot load the {describe_gguf(gguf_path)['architecture']} GGUF's vocabulary"
 

@@ -1,12 +1,15 @@
-"""The reference tokenizer: the Hugging Face tokenizer every token id of a build comes from.
+"""The tokenizers every token id of a build comes from: a Hugging Face tokenizer, or llama.cpp's reading of a GGUF.
 
-Loaded at planning time from what the fetch stage will put in the checkpoint: the tokenizer files of
-a local folder or of an hf:// snapshot (downloaded alone, without weights), or the tokenizer a GGUF
-source's metadata describes (rebuilt the way the fetch stage rebuilds it).
+The Hugging Face tokenizer is loaded at planning time from what the fetch stage will put in the checkpoint:
+the tokenizer files of a local folder or of an hf:// snapshot (downloaded alone, without weights), or the
+tokenizer a GGUF source's metadata describes (rebuilt the way the fetch stage rebuilds it). When every target
+of a GGUF source is a GGUF, the ids come from the source file itself, as llama.cpp reads it
+(`edgekit.sources.gguf.LlamaCppTokenizer`): what those artifacts tokenize with on the box.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,18 @@ from edgekit.sources import hub
 # The files a Hugging Face tokenizer is made of (and what `[model] tokenizer` takes from its folder).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")  # fmt: skip
+
+
+class TokenizerKind(StrEnum):
+    """Which tokenizer cut the eval (and calibration) text into the ids every stage scores."""
+
+    HUGGING_FACE = "huggingface"
+    LLAMA_CPP = "llama.cpp"
+
+    @property
+    def label(self) -> str:
+        """How the report and the manifest name it."""
+        return "llama.cpp (source GGUF)" if self is TokenizerKind.LLAMA_CPP else "Hugging Face tokenizer"
 
 
 class HFTokenizer:

@@ -160,6 +160,7 @@ def seal_manifest(
         "source": checkpoint.provenance(),
         "artifacts": records,
         "default_artifact": runtime.get("artifact"),
+        "eval_tokenizer": task.report.tokenizer,  # what cut the eval and calibration text into the scored ids
         "versions": task.versions,
         "files": [r for r in file_records(tmp) if r["path"] != MANIFEST],
     }

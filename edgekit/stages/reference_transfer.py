@@ -28,6 +28,7 @@ INPUT_NAMES = {
     "checkpoint": "checkpoint",
     "eval.text_sha256": "text",
     "eval.ids": "tokenizer",
+    "eval.tokenizer": "tokenizer",
     "eval.context_length": "context length",
     "eval.max_tokens": "max_tokens",
     "eval.scored": "scored token range",

@@ -23,7 +23,8 @@ TARGETS = {"gguf": "Q8_0", "openvino": "INT8", "onnxruntime": "INT8"}
 class Cell:
     builds: bool
     why: str = ""  # a preflight refusal: words its message must carry
-    tokenizer: bool = False  # a GGUF whose rebuilt tokenizer differs: needs `[model] tokenizer` (the original files)
+    # a GGUF whose rebuilt tokenizer differs: an export of it needs `[model] tokenizer` (the original files)
+    tokenizer: bool = False
 
 
 BUILDS = Cell(True)
@@ -33,7 +34,7 @@ BPE_REFUSED = Cell(False, "BPE pre-tokenizer was not recognized")
 def cell(arch: str, form: str, backend: str) -> Cell:
     if arch == "qwen2" and backend == "gguf":
         return BPE_REFUSED  # a byte-level BPE trained here: llama.cpp's converter knows only published ones
-    if form == "gguf" and arch in ("gemma3_text", "phi3"):
+    if form == "gguf" and arch in ("gemma3_text", "phi3") and backend != "gguf":  # gguf: llama.cpp's own ids
         return Cell(True, tokenizer=True)
     return BUILDS
 

@@ -122,12 +122,13 @@ def _byte_level_bpe() -> Any:
                               bos_token=None, unk_token=None, chat_template=CHAT_TEMPLATE)  # fmt: skip
 
 
-def make_model(name: str, folder: Path, seed: int = 0) -> Path:
-    """A random-weight FP16 checkpoint of architecture `name` with its trained tokenizer, in `folder`."""
+def make_model(name: str | Arch, folder: Path, seed: int = 0) -> Path:
+    """A random-weight FP16 checkpoint of architecture `name` (of the zoo, or one given) with its trained tokenizer,
+    in `folder`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    arch = ARCHES[name]
+    arch = ARCHES[name] if isinstance(name, str) else name
     tokenizer = hf_tokenizer(arch, folder.parent / f"{folder.name}-tokenizer")
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
            "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
