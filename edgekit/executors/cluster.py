@@ -153,7 +153,7 @@ class _ForwardingProgress:
         self.events, self.key = events, key
 
     @contextlib.contextmanager
-    def task(self, description: str, total: float | None = None) -> Any:
+    def task(self, description: str, total: float | None = None, unit: str = "") -> Any:
         yield _ForwardedTask()
 
     def log(self, message: str) -> None:
