@@ -111,19 +111,18 @@ class _Counted(ProgressColumn):
     """`4/10 windows` for a step with a total; nothing for one without."""
 
     def render(self, task: RichTask) -> Text:
-        if task.total is None:
+        if not task.fields.get("sized") or task.total is None:
             return Text("")
         unit = task.fields.get("unit", "")
-        return Text(
-            f"{int(task.completed)}/{int(task.total)}" + (f" {unit}" if unit else ""), style="progress.download"
-        )
+        counted = f"{int(task.completed)}/{int(task.total)}" + (f" {unit}" if unit else "")
+        return Text(counted, style="progress.download")
 
 
 class _Remaining(TimeRemainingColumn):
     """rich's estimate of the time left, for a step with a total; nothing for one without."""
 
     def render(self, task: RichTask) -> Text:
-        return Text("") if task.total is None else super().render(task)
+        return super().render(task) if task.fields.get("sized") else Text("")
 
 
 class RichProgressReporter:
@@ -159,7 +158,7 @@ class RichProgressReporter:
         if not getattr(self, "_started", True):
             self._progress.start()
             self._started = True
-        task_id = self._progress.add_task(escape(description), total=total, unit=unit)
+        task_id = self._progress.add_task(escape(description), total=total, unit=unit, sized=total is not None)
         try:
             yield _RichTask(self._progress, task_id)
         finally:

@@ -20,18 +20,17 @@ MIB = 2**20
 
 
 class Counter:
-    """Advances `shown` to the count that `pattern`'s first group reads on each line (a running total, as
-    `[ 12/ 272]`), or by one per matching line when `running` is False."""
+    """Advances `shown` to the running count that `pattern`'s first group reads on a line (`[ 12/ 272]`)."""
 
-    def __init__(self, shown: Task, pattern: re.Pattern[str], *, running: bool = True) -> None:
-        self.shown, self.pattern, self.running = shown, pattern, running
+    def __init__(self, shown: Task, pattern: re.Pattern[str]) -> None:
+        self.shown, self.pattern = shown, pattern
         self.done = 0
 
     def __call__(self, line: str) -> None:
         found = self.pattern.search(line)
         if found is None:
             return
-        now = int(found.group(1)) if self.running else self.done + 1
+        now = int(found.group(1))
         if now > self.done:
             self.shown.advance(now - self.done)
             self.done = now
