@@ -1,6 +1,6 @@
 """Counting a child process's work for a progress step, from what it prints or from the file it writes.
 
-`Counter` turns lines such as llama.cpp quantizer's `[  12/ 272] blk.0.attn_q.weight …` into the step's
+`RunningCount` turns lines such as llama.cpp quantizer's `[  12/ 272] blk.0.attn_q.weight …` into the step's
 done count (the tools' output itself stays in their log); `growth` counts the MiB a file has grown to while
 a tool that prints nothing per item writes it (llama.cpp's converter writes its tensors after it has logged
 them all).
@@ -19,7 +19,7 @@ from edgekit.observe.progress import Task
 MIB = 2**20
 
 
-class Counter:
+class RunningCount:
     """Advances `shown` to the running count that `pattern`'s first group reads on a line (`[ 12/ 272]`)."""
 
     def __init__(self, shown: Task, pattern: re.Pattern[str]) -> None:

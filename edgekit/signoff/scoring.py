@@ -94,7 +94,8 @@ class Evaluation:
 
 def score_task(task: ChoiceTask, runner: LogitsRunner, progress: Progress, who: str) -> list[ItemScore]:
     scores = []
-    with progress.task(f"{who}  task {task.name} ({task.questions} questions)", total=len(task.items)) as t:
+    with progress.task(f"{who}  task {task.name} ({task.questions} questions)", total=len(task.items),
+                       unit="choices") as t:  # fmt: skip
         for item in task.items:
             scores.append(score_item(item, runner.logits(item.ids)))
             t.advance()

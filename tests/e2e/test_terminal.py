@@ -90,7 +90,7 @@ def test_a_terminal_shows_only_edgekits_own_lines(tmp_path: Path, tiny_model: Pa
     assert (logs / "build.log").is_file() and (logs / "quantize-gguf-Q8_0" / "quantize.log").is_file()
 
 
-def test_a_pipe_gets_one_plain_line_per_stage_start_and_end_and_json_on_stdout(
+def test_a_pipe_gets_plain_lines_for_stages_and_steps_with_their_etas_and_json_on_stdout(
     tmp_path: Path, tiny_model: Path, llama_cpp_dir: Path
 ) -> None:
     project = make_project(tmp_path / "project", tiny_model)

@@ -17,7 +17,7 @@ from edgekit.backends.gguf.counting import QUANTIZED_TENSOR
 from edgekit.cli.common import console_options
 from edgekit.observe.eta import duration, progress_line, remaining, step
 from edgekit.observe.progress import PlainProgressReporter, RichProgressReporter
-from edgekit.observe.tally import Counter, growth
+from edgekit.observe.tally import RunningCount, growth
 
 STAMP = re.compile(r"^\d\d:\d\d:\d\d ")
 
@@ -175,7 +175,7 @@ def test_quantizer_lines_count_tensors_as_they_stream_from_a_real_child_process(
     )
     shown = Counted()
     log = run_logged(["python", "-c", script], tmp_path / "quantize.log", "quantize",
-                     on_line=Counter(shown, QUANTIZED_TENSOR))  # fmt: skip
+                     on_line=RunningCount(shown, QUANTIZED_TENSOR))  # fmt: skip
     assert shown.done == 272
     assert log.count("converting to q8_0") == 272 and (tmp_path / "quantize.log").read_text() == log  # all in the log
 

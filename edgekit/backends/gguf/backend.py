@@ -29,8 +29,7 @@ from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
 from edgekit.errors import RecipeProblem, StageError, UsageError
 from edgekit.observe.progress import Progress
-from edgekit.observe.tally import Counter as LineCounter
-from edgekit.observe.tally import growth
+from edgekit.observe.tally import RunningCount, growth
 from edgekit.signoff.gates import Gates
 from edgekit.store.memo import remembered
 
@@ -181,7 +180,7 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
         cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(raw), "F16", "0", "--allow-requantize"]
         label = f"convert  GGUF → GGUF F16 ({source.name}, llama_model_quantize)"
         with progress.task(label, total=tensor_summary(source)["tensor_count"], unit="tensors") as t:
-            run_logged(cmd, out_dir / CONVERT_LOG, "convert", on_line=LineCounter(t, QUANTIZED_TENSOR))
+            run_logged(cmd, out_dir / CONVERT_LOG, "convert", on_line=RunningCount(t, QUANTIZED_TENSOR))
         with progress.task("convert  stamp provenance metadata"):
             stamp_metadata(raw, out_dir / F16_FILE, provenance)
         raw.unlink()
@@ -201,7 +200,7 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
             stamp = {"edgekit.imatrix.sha256": sha256_file(imatrix)} if imatrix is not None else {}
             label = f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"
             with inputs.progress.task(label, total=summary_in["tensor_count"], unit="tensors") as t:
-                counted = LineCounter(t, QUANTIZED_TENSOR)
+                counted = RunningCount(t, QUANTIZED_TENSOR)
                 log = llama_tools.quantize_with_tool(source, target, scheme, options, imatrix, out_dir / QUANTIZE_LOG,
                                                      inputs.env.threads, stamp, counted)  # fmt: skip
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
@@ -210,7 +209,7 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
             label = f"quantize  GGUF {scheme} (llama_model_quantize)"
             with inputs.progress.task(label, total=summary_in["tensor_count"], unit="tensors") as t:
                 log = run_logged(cmd, out_dir / QUANTIZE_LOG, f"quantize {scheme}",
-                                 on_line=LineCounter(t, QUANTIZED_TENSOR))  # fmt: skip
+                                 on_line=RunningCount(t, QUANTIZED_TENSOR))  # fmt: skip
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         summary = tensor_summary(target)
         details: dict[str, Any] = {
