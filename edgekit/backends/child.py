@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -26,21 +27,23 @@ QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM
 
 
 def run_logged(
-    cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> str:
+    cmd: list[str], log_path: Path, what: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> str:  # fmt: skip
     """Run `cmd` (in `cwd`) with its output in `log_path`; return the log, or raise StageError with its tail.
 
-    `env` adds to (or, with an empty value, removes from) this process's environment.
+    `env` adds to (or, with an empty value, removes from) this process's environment; `on_line` sees each
+    line of the output as it comes (a progress count: the output itself still goes only to the log).
     """
     full_env = {**os.environ, **QUIET_ENV, **(env or {})}
     full_env = {k: v for k, v in full_env.items() if v != ""}
     echo = stagelog.echoing()
     with open(log_path, "wb") as log:
-        if echo is None:
+        if echo is None and on_line is None:
             returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
                                         preexec_fn=die_with_parent()).returncode  # fmt: skip
         else:
-            returncode = _streamed(cmd, full_env, log, echo, cwd)
+            returncode = _streamed(cmd, full_env, log, cwd, echo, on_line)
     text = log_path.read_text(encoding="utf-8", errors="replace")
     stagelog.scan(text)
     if returncode != 0:
@@ -49,18 +52,27 @@ def run_logged(
     return text
 
 
-def _streamed(cmd: list[str], env: dict[str, str], log: BinaryIO, echo: TextIO, cwd: Path | None) -> int:
-    """The child's output into the log and, as it comes, to `echo` (--verbose)."""
+def _streamed(cmd: list[str], env: dict[str, str], log: BinaryIO, cwd: Path | None, echo: TextIO | None,
+              on_line: Callable[[str], None] | None) -> int:  # fmt: skip
+    """The child's output into the log and, as it comes, to `echo` (--verbose) and line by line to `on_line`."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                             preexec_fn=die_with_parent())  # fmt: skip
     stdout = proc.stdout
     assert stdout is not None
+    partial = b""
     # typeshed types Popen.stdout as IO[bytes]; with the default buffering it is a BufferedReader, which has read1
     for chunk in iter(lambda: stdout.read1(65536), b""):  # type: ignore[attr-defined]
         log.write(chunk)
         log.flush()
-        echo.write(chunk.decode("utf-8", errors="replace"))
-        echo.flush()
+        if echo is not None:
+            echo.write(chunk.decode("utf-8", errors="replace"))
+            echo.flush()
+        if on_line is not None:
+            *lines, partial = (partial + chunk).split(b"\n")
+            for line in lines:
+                on_line(line.decode("utf-8", errors="replace"))
+    if on_line is not None and partial:
+        on_line(partial.decode("utf-8", errors="replace"))
     return proc.wait()
 
 

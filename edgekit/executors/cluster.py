@@ -153,7 +153,7 @@ class _ForwardingProgress:
         self.events, self.key = events, key
 
     @contextlib.contextmanager
-    def task(self, description: str, total: float | None = None) -> Any:
+    def task(self, description: str, total: float | None = None, unit: str = "") -> Any:
         yield _ForwardedTask()
 
     def log(self, message: str) -> None:
@@ -299,7 +299,9 @@ class _MatrixProgress:
         self.lines: dict[str, contextlib.ExitStack] = {}
 
     def __enter__(self) -> _MatrixProgress:
-        self.overall = self.stack.enter_context(self.progress.task("tasks done (reused included)", total=self.total))
+        self.overall = self.stack.enter_context(
+            self.progress.task("tasks done (reused included)", total=self.total, unit="tasks")
+        )
         self.overall.advance(self.initial)
         return self
 

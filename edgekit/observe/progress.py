@@ -1,10 +1,12 @@
 """Progress display. Stages talk to a small `Progress` interface; the CLI supplies a rich one or a plain one.
 
 A stage (one task of the plan) starts and finishes (`stage_started`, `stage_finished`, or one
-`stage_finished(reused=True)` when the cache had it); inside it, steps (`task`) may show a bar; `warn`
-is a warning that matters, one line (the other libraries' output is in the stage's log file, see
+`stage_finished(reused=True)` when the cache had it); inside it, steps (`task`) may show a bar; a step
+that knows its total (windows, tensors, jobs: its `unit`) shows done/total and an ETA; `warn` is a warning
+that matters, one line (the other libraries' output is in the stage's log file, see
 `edgekit.observe.stagelog`). `RichProgressReporter` draws live bars on a terminal; `PlainProgressReporter`
-writes one plain line per stage start and end, for pipes, CI logs and dumb terminals.
+writes one plain line per stage start and end, for pipes, CI logs and dumb terminals, and for a step with a
+total one line when it starts, one each time another tenth is done and one when it ends (at most 12).
 """
 
 from __future__ import annotations
@@ -12,20 +14,25 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
+    ProgressColumn,
     SpinnerColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.progress import Progress as RichProgress
+from rich.progress import Task as RichTask
+from rich.text import Text
+
+from edgekit.observe.eta import STEPS, progress_line, step
 
 
 class Task(Protocol):
@@ -35,7 +42,11 @@ class Task(Protocol):
 
 
 class Progress(Protocol):
-    def task(self, description: str, total: float | None = None) -> contextlib.AbstractContextManager[Task]: ...
+    def task(
+        self, description: str, total: float | None = None, unit: str = ""
+    ) -> contextlib.AbstractContextManager[Task]:
+        """A step; with `total`, `advance` counts toward it in `unit`s ("windows", "tensors", "jobs")."""
+        ...
 
     def log(self, message: str) -> None: ...
 
@@ -68,7 +79,7 @@ class SilentProgress:
         self.warnings: list[str] = []
 
     @contextlib.contextmanager
-    def task(self, description: str, total: float | None = None) -> Iterator[Task]:
+    def task(self, description: str, total: float | None = None, unit: str = "") -> Iterator[Task]:
         self.messages.append(description)
         yield _NullTask()
 
@@ -96,8 +107,27 @@ class _RichTask:
         self._progress.update(self._id, description=description)
 
 
+class _Counted(ProgressColumn):
+    """`4/10 windows` for a step with a total; nothing for one without."""
+
+    def render(self, task: RichTask) -> Text:
+        if not task.fields.get("sized") or task.total is None:
+            return Text("")
+        unit = task.fields.get("unit", "")
+        counted = f"{int(task.completed)}/{int(task.total)}" + (f" {unit}" if unit else "")
+        return Text(counted, style="progress.download")
+
+
+class _Remaining(TimeRemainingColumn):
+    """rich's estimate of the time left, for a step with a total; nothing for one without."""
+
+    def render(self, task: RichTask) -> Text:
+        return super().render(task) if task.fields.get("sized") else Text("")
+
+
 class RichProgressReporter:
-    """One line per step: a spinner while it runs, a bar when its size is known, elapsed time."""
+    """One line per step: a spinner while it runs, a bar, done/total and the time left when its size is known,
+    elapsed time."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
@@ -105,8 +135,9 @@ class RichProgressReporter:
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            _Counted(),
             TimeElapsedColumn(),
+            _Remaining(),
             console=self.console,
             transient=False,
             # Stray writes to stdout/stderr during a build go to the stage's log (edgekit.observe.stagelog), not here.
@@ -123,11 +154,11 @@ class RichProgressReporter:
             self._progress.stop()
 
     @contextlib.contextmanager
-    def task(self, description: str, total: float | None = None) -> Iterator[Task]:
+    def task(self, description: str, total: float | None = None, unit: str = "") -> Iterator[Task]:
         if not getattr(self, "_started", True):
             self._progress.start()
             self._started = True
-        task_id = self._progress.add_task(escape(description), total=total)
+        task_id = self._progress.add_task(escape(description), total=total, unit=unit, sized=total is not None)
         try:
             yield _RichTask(self._progress, task_id)
         finally:
@@ -151,14 +182,45 @@ class RichProgressReporter:
         self._progress.console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
 
+class _PlainTask:
+    """A step with a total, written as plain lines: when it starts, at each further tenth, when it ends."""
+
+    def __init__(self, line: Callable[[str], None], clock: Callable[[], float], description: str, total: float,
+                 unit: str) -> None:  # fmt: skip
+        self._line, self._clock = line, clock
+        self.description, self.total, self.unit = description, total, unit
+        self.done, self.started, self.shown = 0.0, clock(), 0
+        self._write(final=False)
+
+    def advance(self, amount: float = 1) -> None:
+        self.done += amount
+        reached = step(self.done, self.total)
+        if self.shown < reached < STEPS:  # the end gets its own line
+            self.shown = reached
+            self._write(final=False)
+
+    def update(self, description: str) -> None:
+        self.description = description
+
+    def finish(self) -> None:
+        self._write(final=True)
+
+    def _write(self, *, final: bool) -> None:
+        elapsed = self._clock() - self.started
+        self._line(progress_line(self.description, self.done, self.total, self.unit, elapsed, final=final))
+
+
 class PlainProgressReporter:
-    """One plain line per stage start and end, with the time and how long it took: for pipes and CI logs.
+    """One plain line per stage start and end, with the time and how long it took: for pipes and CI logs; and for
+    a step with a total, `<step>  40% (4/10 windows)  elapsed 1m02s  ETA 1m33s` at each tenth.
 
     Give it a console made for plain output (no colour, no terminal control): see `edgekit.cli.common`.
+    `clock` (seconds, monotonic) times the steps.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console
+        self.clock = clock
         self._lock = threading.Lock()
 
     def __enter__(self) -> PlainProgressReporter:
@@ -172,8 +234,13 @@ class PlainProgressReporter:
             self.console.print(f"{time.strftime('%H:%M:%S')} {text}", markup=False, highlight=False, soft_wrap=True)
 
     @contextlib.contextmanager
-    def task(self, description: str, total: float | None = None) -> Iterator[Task]:
-        yield _NullTask()  # steps inside a stage: only its start and end are written
+    def task(self, description: str, total: float | None = None, unit: str = "") -> Iterator[Task]:
+        if not total or total <= 0:
+            yield _NullTask()  # a step of unknown size: the stage's start and end say enough
+            return
+        shown = _PlainTask(self._line, self.clock, description, total, unit)
+        yield shown
+        shown.finish()  # not after an error: the error says where it stopped
 
     def log(self, message: str) -> None:
         self._line(message)

@@ -77,6 +77,13 @@ def _span(evaluation: Evaluation, ref: Reference, detokenize: Detokenize, row: i
     }
 
 
+Advance = Callable[[], None]
+
+
+def _nothing() -> None:
+    pass
+
+
 def greedy(runner: Any, prompt: Sequence[int], stop: Sequence[int], max_new: int = COMPLETION_TOKENS) -> list[int]:
     """Greedy continuation of `prompt`: the runner's own generation loop when it has one, else repeated logits."""
     if hasattr(runner, "generate"):
@@ -90,17 +97,25 @@ def greedy(runner: Any, prompt: Sequence[int], stop: Sequence[int], max_new: int
     return out
 
 
-def reference_completions(runner: LogitsRunner, prompts: Sequence[Prompt]) -> list[dict[str, Any]]:
-    """What the reference stores: each prompt's ids and its greedy completion."""
-    return [{"prompt": p.text, "prompt_ids": list(p.ids), "stop": list(p.stop), "ids": greedy(runner, p.ids, p.stop)}
-            for p in prompts]  # fmt: skip
+def reference_completions(runner: LogitsRunner, prompts: Sequence[Prompt], advance: Advance = _nothing
+                          ) -> list[dict[str, Any]]:  # fmt: skip
+    """What the reference stores: each prompt's ids and its greedy completion (`advance()` after each)."""
+    out = []
+    for p in prompts:
+        out.append({"prompt": p.text, "prompt_ids": list(p.ids), "stop": list(p.stop),
+                    "ids": greedy(runner, p.ids, p.stop)})  # fmt: skip
+        advance()
+    return out
 
 
-def compared_completions(runner: Any, reference: Sequence[dict[str, Any]], detokenize: Detokenize) -> list[dict]:
-    """The artifact's greedy completion of each of the reference's prompts, and where the two part."""
+def compared_completions(runner: Any, reference: Sequence[dict[str, Any]], detokenize: Detokenize,
+                         advance: Advance = _nothing) -> list[dict]:  # fmt: skip
+    """The artifact's greedy completion of each of the reference's prompts, and where the two part
+    (`advance()` after each)."""
     out = []
     for entry in reference:
         mine = greedy(runner, entry["prompt_ids"], entry["stop"])
+        advance()
         theirs = entry["ids"]
         split = next((i for i, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b), None)
         if split is None and len(theirs) != len(mine):

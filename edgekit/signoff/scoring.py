@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgekit.errors import TokenizerMismatchError
-from edgekit.observe.progress import Progress
+from edgekit.observe.progress import Progress, Task
 from edgekit.signoff.evaldata import (
     ChoiceTask,
     ClozeItem,
@@ -94,7 +94,8 @@ class Evaluation:
 
 def score_task(task: ChoiceTask, runner: LogitsRunner, progress: Progress, who: str) -> list[ItemScore]:
     scores = []
-    with progress.task(f"{who}  task {task.name} ({task.questions} questions)", total=len(task.items)) as t:
+    with progress.task(f"{who}  task {task.name} ({task.questions} questions)", total=len(task.items),
+                       unit="choices") as t:  # fmt: skip
         for item in task.items:
             scores.append(score_item(item, runner.logits(item.ids)))
             t.advance()
@@ -112,30 +113,31 @@ class WindowScores:
         return Evaluation(concat(self.parts), np.array(self.cloze, dtype=bool), task_scores)
 
 
-def score_windows(
-    runner: LogitsRunner, ref: Reference, windows: range, progress: Progress, label: str, into: WindowScores
-) -> None:
-    """Run a candidate over windows `windows` of the reference, appending to `into`."""
+def score_windows(runner: LogitsRunner, ref: Reference, windows: range, shown: Task, into: WindowScores) -> None:
+    """Run a candidate over windows `windows` of the reference, appending to `into`; one `shown.advance()` each."""
     w = ref.windows
-    with progress.task(f"validate  {label}: windows {windows.start + 1}–{windows.stop} of {w.count}",
-                       total=len(windows)) as t:  # fmt: skip
-        for i in windows:
-            logits = runner.logits(w.window(i).tolist())
-            positions, targets = w.scored(i)
-            into.parts.append(compare(ref.window_slice(i), logits[positions], targets))
-            into.cloze += cloze_correct(ref.cloze, i, w.window(i), logits.argmax(-1))
-            t.advance()
+    for i in windows:
+        logits = runner.logits(w.window(i).tolist())
+        positions, targets = w.scored(i)
+        into.parts.append(compare(ref.window_slice(i), logits[positions], targets))
+        into.cloze += cloze_correct(ref.cloze, i, w.window(i), logits.argmax(-1))
+        shown.advance()
 
 
-def score_tasks(runner: LogitsRunner, ref: Reference, progress: Progress, label: str) -> dict[str, list[ItemScore]]:
-    return {task.name: score_task(task, runner, progress, f"validate  {label}") for task in ref.tasks}
+def score_tasks(
+    runner: LogitsRunner, ref: Reference, progress: Progress, label: str, stage: str = "validate"
+) -> dict[str, list[ItemScore]]:
+    return {task.name: score_task(task, runner, progress, f"{stage}  {label}") for task in ref.tasks}
 
 
-def evaluate(runner: LogitsRunner, ref: Reference, progress: Progress, label: str) -> Evaluation:
-    """Run a candidate over all the reference's windows and tasks."""
+def evaluate(runner: LogitsRunner, ref: Reference, progress: Progress, label: str, stage: str = "validate"
+             ) -> Evaluation:  # fmt: skip
+    """Run a candidate over all the reference's windows and tasks (`stage` names the step on the progress line)."""
     scores = WindowScores([], [])
-    score_windows(runner, ref, range(ref.windows.count), progress, label, scores)
-    return scores.evaluation(score_tasks(runner, ref, progress, label))
+    count = ref.windows.count
+    with progress.task(f"{stage}  {label}: {count} windows", total=count, unit="windows") as shown:
+        score_windows(runner, ref, range(count), shown, scores)
+    return scores.evaluation(score_tasks(runner, ref, progress, label, stage))
 
 
 def check_tokenizer(runner: LogitsRunner, ref: Reference, text: str, backend: str) -> int:

@@ -64,16 +64,20 @@ def evaluate_until_decided(
     tasks = score_tasks(runner, ref, progress, label)
     scores = WindowScores([], [])
     done, history = 0, []
-    for look, end in enumerate(bounds, 1):
-        score_windows(runner, ref, range(done, end), progress, label, scores)
-        done = end
-        evaluation = scores.evaluation(tasks)
-        summary = summarise(evaluation, ref, *bootstrap, level=level)
-        open_gates = undecided(judge_artifact(summary, gates).checks)
-        history.append({"look": look, "windows": end, "undecided": open_gates})
-        if not open_gates:
-            break
-        progress.log(f"validate  {label}: look {look} of {len(bounds)} leaves {', '.join(open_gates)} undecided")
+    count = ref.windows.count
+    described = f"validate  {label}: {count} windows in up to {len(bounds)} looks"
+    with progress.task(described, total=count, unit="windows") as shown:
+        for look, end in enumerate(bounds, 1):
+            shown.update(f"{described}, look {look}")
+            score_windows(runner, ref, range(done, end), shown, scores)
+            done = end
+            evaluation = scores.evaluation(tasks)
+            summary = summarise(evaluation, ref, *bootstrap, level=level)
+            open_gates = undecided(judge_artifact(summary, gates).checks)
+            history.append({"look": look, "windows": end, "undecided": open_gates})
+            if not open_gates:
+                break
+            progress.log(f"validate  {label}: look {look} of {len(bounds)} leaves {', '.join(open_gates)} undecided")
     summary.sequential = {
         "method": METHOD,
         "looks": len(history),

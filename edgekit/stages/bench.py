@@ -92,8 +92,11 @@ def run(task: BenchTask, ctx: StageContext, out: Path) -> BenchResult:
                                    details.get("tensor_types")))  # fmt: skip
     if not targets:
         return BenchResult(artifacts={}, skipped="every artifact failed its gates (exclude_failed)")
-    with ctx.progress.task(f"bench  {len(targets)} artifacts on {machine.cpu_model()}") as progress:
-        return Benchmark(targets, settings, log=progress.update).run()
+    bench = Benchmark(targets, settings)
+    with ctx.progress.task(f"bench  {len(targets)} artifacts on {machine.cpu_model()}", total=bench.planned_jobs(),
+                           unit="jobs") as shown:  # fmt: skip
+        bench.log, bench.advance = shown.update, shown.advance
+        return bench.run()
 
 
 def _measured(task: BenchTask, ctx: StageContext) -> list[QuantizeTask]:

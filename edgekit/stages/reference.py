@@ -119,8 +119,9 @@ def _completions(runner: Any, task: ReferenceTask, mode: str, ctx: StageContext)
     """Greedy completions need new sequences each step: a streamed reference only holds the ones it streamed."""
     if mode != "full" or not task.eval.prompts:
         return []
-    with ctx.progress.task(f"reference  greedy completions of {len(task.eval.prompts)} prompts"):
-        return reference_completions(runner, task.eval.prompts)
+    count = len(task.eval.prompts)
+    with ctx.progress.task(f"reference  greedy completions of {count} prompts", total=count, unit="prompts") as t:
+        return reference_completions(runner, task.eval.prompts, t.advance)
 
 
 def _open_model(
@@ -138,7 +139,7 @@ def _open_model(
     stream = StreamedModel(checkpoint, device.device, dtypes, sequences, out / STREAM_DIR, ctx.threads)
     try:
         label = f"reference  streamed: {stream.layers} layers × {len(stream.index)} sequences, {' + '.join(dtypes)}"
-        with ctx.progress.task(label, total=stream.layers + 1) as t:
+        with ctx.progress.task(label, total=stream.layers + 1, unit="layers") as t:
             stream.run(t.advance)
     except BaseException:
         stream.close()
@@ -159,7 +160,8 @@ def _score_windows(
     per = windows.scored_per_window
     cloze = list(task.eval.cloze)
     correct: list[bool] = []
-    with progress.task(f"reference  {windows.count} windows × {windows.length} tokens", total=windows.count) as t:
+    label = f"reference  {windows.count} windows × {windows.length} tokens"
+    with progress.task(label, total=windows.count, unit="windows") as t:
         for i in range(windows.count):
             logits = runner.logits(windows.window(i))
             positions, targets = windows.scored(i)
@@ -209,7 +211,7 @@ def _noise_floor(dtype: str, model: Any, ref: Reference, out: Path, ctx: StageCo
     with ctx.progress.task(f"reference  noise floor: load torch {dtype}"):
         runner = model.runner(dtype)
     try:
-        evaluation = evaluate(runner, ref, ctx.progress, f"noise floor ({dtype})")
+        evaluation = evaluate(runner, ref, ctx.progress, f"noise floor ({dtype})", stage="reference")
     finally:
         runner.close()
     save_evaluation(out / NOISE_FILE, evaluation)

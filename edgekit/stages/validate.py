@@ -60,11 +60,12 @@ def validate_artifact(
             evaluation, summary = evaluate_until_decided(
                 runner, ref, decide.gates, decide.looks, decide.alpha, settings, progress, artifact.name
             )
-        with progress.task(f"validate  {artifact.name}: where it differs"):
-            differences = {
-                "spans": worst_spans(evaluation, ref, runner.detokenize),
-                "completions": compared_completions(runner, ref.completions, runner.detokenize),
-            }
+        spans = worst_spans(evaluation, ref, runner.detokenize)
+        count = len(ref.completions)
+        with progress.task(f"validate  {artifact.name}: greedy completions of {count} prompts", total=count,
+                           unit="prompts") as t:  # fmt: skip
+            completions = compared_completions(runner, ref.completions, runner.detokenize, t.advance)
+        differences = {"spans": spans, "completions": completions}
     finally:
         runner.close()
     save_evaluation(out / TOKEN_FILE, evaluation)

@@ -2,7 +2,8 @@
 
 A terminal (a pseudo-terminal, as a shell gives) shows edgekit's own progress and nothing any other
 library printed; the same build piped to a file gives one plain line per stage start and end, no
-escape codes, and `--json` on stdout. What the libraries printed is in the bundle's logs/.
+escape codes, and `--json` on stdout; between them, each step that knows its total (windows, tensors, jobs)
+writes done/total and an ETA at every tenth. What the libraries printed is in the bundle's logs/.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from tests.support.tiny_project import build_env, make_project
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # Every line edgekit itself writes during a build, on a terminal: progress rows (a spinner, the stage
-# and its step, a bar, a count, the time), rich's log lines, warnings that matter, the verdict table,
-# the final line.
+# and its step, a bar, a count, the time, and the time left where the step has a total), rich's log lines,
+# warnings that matter, the verdict table, the final line.
 OWN_LINES = (
-    re.compile(r"^\S?\s*(fetch|convert|quantize|reference|validate|smoke|bench|bundle)\s\s?\S.*\d+:\d\d:\d\d$"),
+    re.compile(
+        r"^\S?\s*(fetch|convert|quantize|reference|validate|smoke|bench|bundle)\s\s?\S.*"
+        r"\d+:\d\d:\d\d( (\d+|-):[\d-]{2}:[\d-]{2})?$"
+    ),
     re.compile(r"^\[\d\d:\d\d:\d\d\] (plan: \d+ tasks|\S.*: reused from the cache)"),
     re.compile(r"^warning: \S"),
     re.compile(r"^(accuracy sign-off|[┏┃┡│└].*)$"),
@@ -86,7 +90,7 @@ def test_a_terminal_shows_only_edgekits_own_lines(tmp_path: Path, tiny_model: Pa
     assert (logs / "build.log").is_file() and (logs / "quantize-gguf-Q8_0" / "quantize.log").is_file()
 
 
-def test_a_pipe_gets_one_plain_line_per_stage_start_and_end_and_json_on_stdout(
+def test_a_pipe_gets_plain_lines_for_stages_and_steps_with_their_etas_and_json_on_stdout(
     tmp_path: Path, tiny_model: Path, llama_cpp_dir: Path
 ) -> None:
     project = make_project(tmp_path / "project", tiny_model)
@@ -99,8 +103,11 @@ def test_a_pipe_gets_one_plain_line_per_stage_start_and_end_and_json_on_stdout(
     result = json.loads(proc.stdout)
     jsonschema.validate(result, load_schema("build"))
     stages = [s["id"] for s in result["stages"]] + [f"bundle {result['bundle']}"]
-    lines = proc.stderr.splitlines()
+    everything = proc.stderr.splitlines()
+    steps = [line for line in everything if STEP_LINE.fullmatch(line)]
+    lines = [line for line in everything if line not in steps]
     assert len(lines) == 1 + 2 * len(stages), lines  # the plan line, then each stage's start and end
+    _check_step_lines(steps)
     assert re.fullmatch(r"\d\d:\d\d:\d\d plan: \d+ tasks \(\d+\.\d s\)", lines[0]), lines[0]
     for stage in stages:
         starts = [line for line in lines if re.fullmatch(rf"\d\d:\d\d:\d\d start  {re.escape(stage)}", line)]
@@ -111,6 +118,35 @@ def test_a_pipe_gets_one_plain_line_per_stage_start_and_end_and_json_on_stdout(
     # `--debug` before the command name is not part of it (the reproduce command once read `edgekit build build`)
     assert report["signoff"]["command"] == "edgekit build recipe.toml", report["signoff"]["command"]
     _check_json_commands(project / "dist" / "tiny", project, env)
+
+
+# `<step>  40% (4/10 windows)  elapsed 1m02s  ETA 1m33s`, the first without an ETA, the last ending in "done"
+STEP_LINE = re.compile(r"\d\d:\d\d:\d\d (?P<step>\S.*?)  (?P<percent>\d+)% "
+                       r"\((?P<done>\d+)/(?P<total>\d+) (?P<unit>\w+)\)"
+                       r"  elapsed \d+(s|m\d\ds|h\d\dm)(?P<end>  ETA \d+(s|m\d\ds|h\d\dm)|  done)?")  # fmt: skip
+
+
+def _check_step_lines(lines: list[str]) -> None:
+    """The reference's and validation's windows, the quantizer's tensors, the converter's MiB: each step a line when
+    it starts, one at each further tenth with an ETA, one when it is done; never more than 12."""
+    found = [STEP_LINE.fullmatch(line) for line in lines]
+    by_step: dict[str, list[re.Match[str]]] = {}
+    for m in found:
+        assert m is not None
+        by_step.setdefault(m["step"], []).append(m)
+    for unit, stage in (("windows", "reference"), ("windows", "validate"), ("tensors", "quantize"), ("MiB", "convert")):
+        shown = [ms for name, ms in by_step.items() if name.startswith(f"{stage}  ") and ms[0]["unit"] == unit]
+        assert shown, (stage, unit, lines)
+        for ms in shown:
+            total = int(ms[0]["total"])
+            assert ms[0]["done"] == "0" and ms[0]["end"] is None, [m[0] for m in ms]  # the start: nothing to go by
+            assert ms[-1]["done"] == ms[-1]["total"] and ms[-1]["end"] == "  done", [m[0] for m in ms]
+            middle = ms[1:-1]
+            assert all(m["end"].startswith("  ETA ") for m in middle), [m[0] for m in ms]
+            percents = [int(m["percent"]) for m in ms]
+            assert percents == sorted(set(percents)) and len(ms) <= 12, [m[0] for m in ms]  # no tenth twice
+            if unit == "windows" and total >= 2:
+                assert middle, [m[0] for m in ms]  # done/total and an ETA before the end
 
 
 def _check_json_commands(bundle: Path, project: Path, env: dict[str, str]) -> None:

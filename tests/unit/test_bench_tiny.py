@@ -47,8 +47,14 @@ def test_tiny_bench_follows_the_schema(tiny_model: Path) -> None:
         BenchTarget("gguf-F32", tiny_model, "gguf", "F32", described["bytes_per_token"], described["tensor_types"]),
         BenchTarget("ov-int8", tiny_model, "openvino", "int8"),
     ]
-    measured = Benchmark(targets, TINY).run()
+    advanced: list[int] = []
+    bench = Benchmark(targets, TINY, advance=lambda: advanced.append(1))
+    planned = bench.planned_jobs()
+    measured = bench.run()
     result = measured.to_json()
+    # progress: one advance per job run; the plan counted the OpenVINO target's concurrency jobs, which never
+    # ran once its engine could not be measured (its sweep job did run, and failed)
+    assert len(advanced) == measured.jobs and planned == measured.jobs + len(TINY.concurrency)
     assert schema_problems(result) == []
     json.dumps(result, allow_nan=False)  # plain JSON, no NaN
     tiny = result["artifacts"]["gguf-F32"]

@@ -23,11 +23,13 @@ from edgekit._util.versions import dist_version
 from edgekit.backends.base import BuildBackend, BuildEnv, ModelInfo, QuantizeInputs, QuantizeNeeds, SensitivityProbe
 from edgekit.backends.child import run_logged
 from edgekit.backends.gguf import llama_tools
+from edgekit.backends.gguf.counting import QUANTIZED_TENSOR, converted_mib
 from edgekit.backends.gguf.gates import DEFAULT_GATES
 from edgekit.backends.gguf.info import metadata, tensor_summary
 from edgekit.backends.gguf.options import GGUFOptions, option_problems
 from edgekit.errors import RecipeProblem, StageError, UsageError
 from edgekit.observe.progress import Progress
+from edgekit.observe.tally import RunningCount, growth
 from edgekit.signoff.gates import Gates
 from edgekit.store.memo import remembered
 
@@ -157,7 +159,9 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
             sys.executable, str(converter.script), str(checkpoint),
             "--outfile", str(raw), "--outtype", "f16", "--model-name", provenance.get("name", "model"),
         ]  # fmt: skip
-        with progress.task("convert  HF → GGUF F16 (llama.cpp convert_hf_to_gguf.py)"):
+        mib = converted_mib(checkpoint)
+        label = "convert  HF → GGUF F16 (llama.cpp convert_hf_to_gguf.py)"
+        with progress.task(label, total=mib, unit="MiB") as t, growth(raw, t, mib):
             run_logged(cmd, out_dir / CONVERT_LOG, "convert", env={"NO_LOCAL_GGUF": ""})
         with progress.task("convert  stamp provenance metadata"):
             stamp_metadata(raw, out_dir / F16_FILE, provenance)
@@ -174,8 +178,9 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
         ensure_free_space(out_dir, 6 * source.stat().st_size)  # F16 of a 4-bit source, and its stamped copy
         raw = out_dir / "dequantized.gguf"
         cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(raw), "F16", "0", "--allow-requantize"]
-        with progress.task(f"convert  GGUF → GGUF F16 ({source.name}, llama_model_quantize)"):
-            run_logged(cmd, out_dir / CONVERT_LOG, "convert")
+        label = f"convert  GGUF → GGUF F16 ({source.name}, llama_model_quantize)"
+        with progress.task(label, total=tensor_summary(source)["tensor_count"], unit="tensors") as t:
+            run_logged(cmd, out_dir / CONVERT_LOG, "convert", on_line=RunningCount(t, QUANTIZED_TENSOR))
         with progress.task("convert  stamp provenance metadata"):
             stamp_metadata(raw, out_dir / F16_FILE, provenance)
         raw.unlink()
@@ -193,14 +198,18 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
             if problems := llama_tools.override_problems(options, llama_tools.gguf_tensor_names(source)):
                 raise UsageError("; ".join(f"{p.key}: {p.problem}" for p in problems), "fix the target's options")
             stamp = {"edgekit.imatrix.sha256": sha256_file(imatrix)} if imatrix is not None else {}
-            with inputs.progress.task(f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"):
+            label = f"quantize  GGUF {scheme} (llama-quantize{' --imatrix' if imatrix else ''})"
+            with inputs.progress.task(label, total=summary_in["tensor_count"], unit="tensors") as t:
+                counted = RunningCount(t, QUANTIZED_TENSOR)
                 log = llama_tools.quantize_with_tool(source, target, scheme, options, imatrix, out_dir / QUANTIZE_LOG,
-                                                     inputs.env.threads, stamp)  # fmt: skip
+                                                     inputs.env.threads, stamp, counted)  # fmt: skip
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         else:
             cmd = [sys.executable, "-m", QUANTIZE_CHILD, str(source), str(target), scheme, "0"]
-            with inputs.progress.task(f"quantize  GGUF {scheme} (llama_model_quantize)"):
-                log = run_logged(cmd, out_dir / QUANTIZE_LOG, f"quantize {scheme}")
+            label = f"quantize  GGUF {scheme} (llama_model_quantize)"
+            with inputs.progress.task(label, total=summary_in["tensor_count"], unit="tensors") as t:
+                log = run_logged(cmd, out_dir / QUANTIZE_LOG, f"quantize {scheme}",
+                                 on_line=RunningCount(t, QUANTIZED_TENSOR))  # fmt: skip
             fallbacks.update(f"{a.upper()}→{b.upper()}" for a, b in FALLBACK.findall(log))
         summary = tensor_summary(target)
         details: dict[str, Any] = {

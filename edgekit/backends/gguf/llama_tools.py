@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,10 @@ def imatrix_summary(path: Path) -> dict[str, Any]:
 
 def quantize_with_tool(
     source: Path, target: Path, scheme: str, options: GGUFOptions, imatrix: Path | None, log: Path, threads: int | None,
-    provenance: dict[str, str],
+    provenance: dict[str, str], on_line: Callable[[str], None] | None = None,
 ) -> str:  # fmt: skip
-    """`llama-quantize` with the target's levers; returns its log (fallback warnings included)."""
+    """`llama-quantize` with the target's levers; returns its log (fallback warnings included). `on_line` sees
+    its output line by line as it comes (a progress count)."""
     from edgekit.toolchain import llama_tool
 
     cmd = [str(llama_tool("llama-quantize"))]
@@ -79,7 +81,7 @@ def quantize_with_tool(
     for key, value in provenance.items():
         cmd += ["--override-kv", f"{key}=str:{value}"]
     cmd += [str(source), str(target), scheme, str(threads or 1)]
-    return run_logged(cmd, log, f"quantize {scheme} (llama-quantize)", cwd=cwd)
+    return run_logged(cmd, log, f"quantize {scheme} (llama-quantize)", cwd=cwd, on_line=on_line)
 
 
 def tensor_names(kind: str, location: Path, converter_script: Path | None) -> list[str] | None:

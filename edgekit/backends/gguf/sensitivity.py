@@ -70,7 +70,7 @@ def layer_sensitivity(artifact: Path, base: Path, probe: SensitivityProbe, out_d
     started = time.monotonic()
     base_kld, whole_kld = probe.score(base), probe.score(artifact)
     rows: list[dict[str, Any]] = []
-    with probe.progress.task(f"sensitivity  {len(found)} layer groups", total=len(found)) as shown:
+    with probe.progress.task(f"sensitivity  {len(found)} layer groups", total=len(found), unit="groups") as shown:
         for name, members in found.items():
             began = time.monotonic()
             splice(bas, {n: by_name[n] for n in members}, out_dir / PROBE_FILE)

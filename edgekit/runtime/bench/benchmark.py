@@ -71,10 +71,14 @@ def engine_job(s: BenchSettings, target: BenchTarget, threads: int, threads_batc
 
 
 class Benchmark:
-    def __init__(self, targets: list[BenchTarget], settings: BenchSettings, log: Log | None = None) -> None:
+    """`log` hears what is being measured; `advance` is called once per job run (`planned_jobs` of them)."""
+
+    def __init__(self, targets: list[BenchTarget], settings: BenchSettings, log: Log | None = None,
+                 advance: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.targets = targets
         self.settings = settings
         self.log = log or (lambda message: None)
+        self.advance = advance or (lambda: None)
         self.machine = machine.describe()
         physical, logical = self.machine["physical_cores"], self.machine["logical_cores"]
         self.threads = list(settings.threads or machine.thread_candidates(physical, logical))
@@ -142,13 +146,36 @@ class Benchmark:
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )
 
+    def planned_jobs(self) -> int:
+        """How many jobs `run` will start, before any ran (fewer when an artifact's engine cannot be measured)."""
+        s = self.settings
+        gguf = [t for t in self.targets if t.backend == "gguf"]
+        per_run = 0
+        for target in self.targets:
+            per_run += 1 + len(s.concurrency)  # the thread sweep, then each concurrency
+            if target.backend == "gguf":
+                loads = (5 if mlock_allowed(int(target.path.stat().st_size * 1.2))[0] else 4) if s.loads else 0
+                per_run += loads + (self.peer_tool is not None) + s.baseline
+        return len(self._bandwidth_counts()) + len(self._compute_counts(gguf)) + s.runs * per_run
+
+    def _bandwidth_counts(self) -> list[int]:
+        return sorted({1, *[t for t in self.threads if t <= self.machine["logical_cores"]]})
+
+    def _compute_counts(self, gguf: list[BenchTarget]) -> list[int]:
+        if not self.settings.compute or not [t for t in gguf if t.path.is_file()]:
+            return []
+        return sorted({t for t in self.threads if t <= self.machine["logical_cores"]} or {1})
+
     def _measurable(self) -> list[BenchTarget]:
         return [t for t in self.targets if t.name not in self.skipped]
 
     def _job(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run a job; one that fails fails the bench."""
         self.jobs_run += 1
-        return run_job(job, self.settings.job_timeout_s)
+        try:
+            return run_job(job, self.settings.job_timeout_s)
+        finally:
+            self.advance()
 
     def _engine_job(self, job: dict[str, Any], target: BenchTarget) -> dict[str, Any] | None:
         """Run a job on `target`'s engine. A GGUF job that fails fails the bench; another backend's is recorded
@@ -163,7 +190,7 @@ class Benchmark:
 
     def _bandwidth(self) -> dict[str, Any]:
         s = self.settings
-        counts = sorted({1, *[t for t in self.threads if t <= self.machine["logical_cores"]]})
+        counts = self._bandwidth_counts()
         by_processes: dict[str, Any] = {}
         for processes in counts:
             self.log(f"bench  memory bandwidth, {processes} process(es) × {s.bandwidth_mib} MiB arrays")
@@ -186,12 +213,12 @@ class Benchmark:
     def _compute(self) -> dict[str, Any]:
         """Each GGUF weight type's dot-product rate at each swept thread count (llama.cpp's own kernels)."""
         gguf = [t for t in self.targets if t.backend == "gguf" and t.path.is_file()]
-        if not self.settings.compute or not gguf:
+        counts = self._compute_counts(gguf)
+        if not counts:
             return {"skipped": "not measured ([bench] compute = false, or no GGUF artifact)"}
         from edgekit.runtime.gguf_tensors import matmul_params_by_type
 
         types = sorted({kind for t in gguf for kind in matmul_params_by_type(t.path)})
-        counts = sorted({t for t in self.threads if t <= self.machine["logical_cores"]} or {1})
         by_threads: dict[str, Any] = {}
         for threads in counts:
             self.log(f"bench  dot-product rate ({', '.join(types)}), {threads} thread(s)")
@@ -227,6 +254,8 @@ class Benchmark:
         except BenchError as exc:
             self.peer_failed[target.name] = exc.message
             return
+        finally:
+            self.advance()
         got.add(("peer", "decode_tok_s"), result["decode_tok_s"])
         got.add(("peer", "prompt_tok_s"), result["prompt_tok_s"])
         one = str(min(self.settings.concurrency))
