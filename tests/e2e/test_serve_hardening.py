@@ -236,7 +236,8 @@ BAD_REQUESTS: dict[str, tuple[str, bytes, str]] = {
     "lone surrogate in the prompt": ("/v1/completions", b'{"prompt": "hi \\ud800", "max_tokens": 2}', "UTF"),
     "JSON nested 100,000 deep": ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, "JSON"),
     "an unknown field": ("/v1/completions", b'{"prompt": "hi", "frobnicate": 1}', "`frobnicate` is not a field"),
-    "logprobs": ("/v1/completions", b'{"prompt": "hi", "logprobs": 2}', "`logprobs` is not supported"),
+    "n_probs": ("/v1/completions", b'{"prompt": "hi", "n_probs": 2}', "the closest field edgekit takes is `logprobs`"),
+    "logprobs 99": ("/v1/completions", b'{"prompt": "hi", "logprobs": 99}', "`logprobs` must be an integer"),
     "tools": ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "tools": []}', "`tools`"),
     "a message with a name": (
         "/v1/chat/completions",

@@ -33,6 +33,7 @@ from starlette.routing import Route
 from edgekit.errors import EdgekitError
 from edgekit.runtime.loader import BundleInfo, LoadedBundle, load
 from edgekit.runtime.serve.api_error import ApiError, invalid
+from edgekit.runtime.serve.logprobs import TokenLogprobs, layout
 from edgekit.runtime.serve.metrics import CONTENT_TYPE, ServeMetrics
 from edgekit.runtime.serve.parse import Parsed, parse
 from edgekit.runtime.serve.scheduler import Event, EventKind, QueueFull, Request, Scheduler, ShuttingDown
@@ -223,10 +224,11 @@ def _usage(request: Request) -> dict[str, int]:
 async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: dict[str, Any], chat: bool) -> Response:
     assert state.scheduler is not None
     parts: list[str] = []
+    tokens: list[TokenLogprobs] = []
     try:
         while True:
             try:
-                kind, value = await asyncio.wait_for(request.events.get(), DISCONNECT_POLL_S)
+                kind, value, token = await asyncio.wait_for(request.events.get(), DISCONNECT_POLL_S)
             except TimeoutError:
                 if await http.is_disconnected():
                     state.scheduler.cancel(request)
@@ -234,20 +236,23 @@ async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: d
                 continue
             if kind == EventKind.TEXT:
                 parts.append(value)
+            elif kind == EventKind.TOKEN and token is not None:
+                tokens.append(token)
             elif kind == EventKind.ERROR:
                 return ApiError(500, value, "server_error").response()
-            else:
+            elif kind == EventKind.DONE:
                 break
     except asyncio.CancelledError:
         state.scheduler.cancel(request)
         raise
     text = "".join(parts)
-    choice: dict[str, Any] = {"index": 0, "finish_reason": value}
+    logprobs = layout(tokens, chat) if request.sampling.logprobs is not None else None
+    choice: dict[str, Any] = {"index": 0, "finish_reason": value, "logprobs": logprobs}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
         obj = "chat.completion"
     else:
-        choice.update({"text": text, "logprobs": None})
+        choice["text"] = text
         obj = "text_completion"
     return JSONResponse({**meta, "object": obj, "choices": [choice], "usage": _usage(request)})
 
@@ -256,17 +261,21 @@ async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bo
     assert state.scheduler is not None
     request = parsed.request
     obj = "chat.completion.chunk" if chat else "text_completion"
+    wants_logprobs = request.sampling.logprobs is not None
+    pending: list[TokenLogprobs] = []  # tokens whose logprobs go out with the next chunk
 
     def event(payload: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps({**meta, "object": obj, **payload}, ensure_ascii=False).encode() + b"\n\n"
 
     def choice(text: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+        logprobs = layout(pending, chat) if wants_logprobs and pending else None
+        pending.clear()
         if chat:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text:
                 delta["content"] = text
-            return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return {"choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]}
+            return {"choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+        return {"choices": [{"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}]}
 
     finished = False
     try:
@@ -275,7 +284,10 @@ async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bo
         while not finished:
             out = bytearray()
             # What one decode step produced goes out in one write (a step's text, then maybe the finish).
-            for kind, value in await _available(request.events):
+            for kind, value, token in await _available(request.events):
+                if kind == EventKind.TOKEN and token is not None:
+                    pending.append(token)
+                    continue
                 if kind == EventKind.TEXT:
                     out += event(choice(value, None))
                     continue

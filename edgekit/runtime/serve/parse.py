@@ -9,6 +9,7 @@ from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.runtime.engines import Sampling
+from edgekit.runtime.engines.base import LogprobsEngine
 from edgekit.runtime.loader import LoadedBundle
 from edgekit.runtime.serve.api_error import ApiError, invalid
 from edgekit.runtime.serve.metrics import ServeMetrics
@@ -60,10 +61,29 @@ def parse(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
+        logprobs=_logprobs(loaded, body),
     )
     request = Request(ids, max_tokens, sampling, stop, loop, ignore_eos=body.ignore_eos)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     return Parsed(request, body.stream, include_usage)
+
+
+def _logprobs(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> int | None:
+    """How many alternatives per token to report (None: no logprobs), if the engine reports them."""
+    if isinstance(body, ChatBody):
+        if body.top_logprobs is not None and not body.logprobs:
+            raise invalid("`top_logprobs` needs `logprobs`: true", "top_logprobs")
+        wanted = (body.top_logprobs or 0) if body.logprobs else None
+    else:
+        wanted = body.logprobs
+    engine = loaded.engine
+    if wanted is not None and not isinstance(engine, LogprobsEngine):
+        raise invalid(
+            f"`logprobs` is not supported by the {engine.backend} engine of this bundle: it does not report the "
+            "log-probabilities of the tokens it samples",
+            "logprobs",
+        )
+    return wanted
 
 
 def _prompt_ids(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> list[int]:

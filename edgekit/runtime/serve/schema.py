@@ -18,6 +18,7 @@ from pydantic_core import ErrorDetails
 from edgekit._util.suggest import did_you_mean
 
 MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat's top_logprobs (5 for completions' logprobs; edgekit takes 20)
 _STRICT = ConfigDict(extra="forbid", strict=True)
 _SHOWN_VALUE = 60  # characters of a bad value quoted back in an error
 
@@ -63,10 +64,17 @@ class _Body(BaseModel):
 
 class CompletionBody(_Body):
     prompt: str | list[str] = Field(description="a non-empty string")
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description=f"an integer from 0 to {MAX_TOP_LOGPROBS} (alternatives per token)"
+    )
 
 
 class ChatBody(_Body):
     messages: list[Message] = Field(description="a non-empty list of {role, content} messages")
+    logprobs: bool | None = Field(None, description="true or false")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description=f"an integer from 0 to {MAX_TOP_LOGPROBS} (with `logprobs`: true)"
+    )
 
 
 Body = CompletionBody | ChatBody
@@ -91,9 +99,7 @@ _PENALTY = Unsupported("repetition penalties are not implemented")
 _PLATFORM = Unsupported("it is a feature of OpenAI's platform, not of a model server")
 
 UNSUPPORTED: dict[str, Unsupported] = {
-    "logprobs": Unsupported("log probabilities are not implemented"),
-    "top_logprobs": Unsupported("log probabilities are not implemented"),
-    "n_probs": Unsupported("log probabilities are not implemented"),
+    "n_probs": Unsupported("it is llama-server's name for the alternatives per token", instead="logprobs"),
     "response_format": _STRUCTURED,
     "json_schema": _STRUCTURED,
     "grammar": _STRUCTURED,
