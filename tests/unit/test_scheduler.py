@@ -30,10 +30,10 @@ class Recorded(Request):
     log: ClassVar[list[tuple[int, str]]] = []
     lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def emit(self, kind: str, value: Any) -> None:
+    def emit(self, kind: Any, value: Any, token: Any = None) -> None:
         with self.lock:
             self.log.append((self.id, kind))
-        super().emit(kind, value)
+        super().emit(kind, value, token)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def engine(model: Path) -> Iterator[GGUFEngine]:
 async def drain(request: Request) -> list[str]:
     kinds = []
     while True:
-        kind, _ = await request.events.get()
+        kind = (await request.events.get()).kind
         kinds.append(kind)
         if kind != "text":
             return kinds

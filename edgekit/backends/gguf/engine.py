@@ -28,7 +28,7 @@ import numpy as np
 from edgekit.backends.gguf.serving import PREFIX_CACHE, ServingMixin
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
-from edgekit.runtime.engines.sampling import new_rng, sample
+from edgekit.runtime.engines.sampling import new_rng
 
 MAX_SEQUENCES = 4
 NUMACTL_ENV = "EDGEKIT_NUMACTL"  # set by run.sh when it started us under numactl
@@ -235,7 +235,7 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
             self._llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
             raise
         state = _Sequence(pos=len(ids), last=-1, sampling=sampling, rng=new_rng(sampling))
-        state.last = sample(self._logits_row(len(chunk) - 1), sampling, state.rng)
+        state.last = self._pick(seq, self._logits_row(len(chunk) - 1), sampling, state.rng)
         self._seqs[seq] = state
         return state.last
 
@@ -259,7 +259,7 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
         for i, seq in enumerate(order):
             state = self._seqs[seq]
             state.pos += 1
-            state.last = sample(self._logits_row(i), state.sampling, state.rng)
+            state.last = self._pick(seq, self._logits_row(i), state.sampling, state.rng)
             out[seq] = state.last
         return out
 

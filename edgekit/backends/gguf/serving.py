@@ -26,7 +26,7 @@ import numpy as np
 from edgekit.errors import EngineError
 from edgekit.runtime.engines.base import Sampling, checked_prompt
 from edgekit.runtime.engines.prefix import PrefixCache, PrefixSlots, Reuse
-from edgekit.runtime.engines.sampling import new_rng, sample
+from edgekit.runtime.engines.sampling import SampledLogprobs, new_rng
 
 PREFIX_CACHE = 8  # prefixes kept in host memory beyond the slots (runtime.toml `prefix_cache`)
 
@@ -64,7 +64,7 @@ class _KVCells:
             raise EngineError(f"llama.cpp could not restore a KV state into sequence {seq}", "lower prefix_cache")
 
 
-class ServingMixin(PrefixSlots):
+class ServingMixin(PrefixSlots, SampledLogprobs):
     """`pick_slot`, `admit` and `advance` (the ServingEngine protocol) for `GGUFEngine`."""
 
     _llama: Any
@@ -91,6 +91,7 @@ class ServingMixin(PrefixSlots):
         self._prefix = PrefixCache(self.max_sequences, prefix_cache, _KVCells(self))
         self._prefills: dict[int, _Prefill] = {}
         self.last_prompt_tokens = 0
+        self._init_logprobs()
 
     def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         busy = self._seqs.keys() | self._prefills.keys()
@@ -127,7 +128,7 @@ class ServingMixin(PrefixSlots):
             state = self._seqs[seq]
             self._prefix.fed(seq, (state.last,))
             state.pos += 1
-            state.last = out[seq] = sample(self._logits_row(row), state.sampling, state.rng)
+            state.last = out[seq] = self._pick(seq, self._logits_row(row), state.sampling, state.rng)
         row = len(decoding)
         for seq, chunk, done in plan:
             row += len(chunk)
@@ -156,7 +157,7 @@ class ServingMixin(PrefixSlots):
     def _first_token(self, seq: int, logits: np.ndarray) -> int:
         prefill = self._prefills.pop(seq)
         rng = new_rng(prefill.sampling)
-        token = sample(logits, prefill.sampling, rng)
+        token = self._pick(seq, logits, prefill.sampling, rng)
         self._begin_sequence(seq, prefill.pos, token, prefill.sampling, rng)
         return token
 

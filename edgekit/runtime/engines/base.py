@@ -23,6 +23,8 @@ class Sampling:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
+    # Report each sampled token's log-probability and this many most likely alternatives (None: report none).
+    logprobs: int | None = None
 
 
 class Engine(Protocol):
@@ -58,6 +60,25 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    """The log-softmax of the logits a token was sampled from (temperature and top-p not applied): the sampled
+    token's, and the `top` most likely tokens' (most likely first)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@runtime_checkable
+class LogprobsEngine(Protocol):
+    """An engine that reports the log-probabilities of the tokens it samples for a `Sampling(logprobs=…)`."""
+
+    def take_logprobs(self, seq: int) -> Logprobs | None:
+        """The log-probabilities of the token `seq` sampled last (once: taking clears them)."""
+        ...
 
 
 @runtime_checkable

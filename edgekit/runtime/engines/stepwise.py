@@ -32,7 +32,7 @@ from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
 from edgekit.runtime.engines.batching import Batch, attention_mask, pack
 from edgekit.runtime.engines.hf_files import HFFiles
-from edgekit.runtime.engines.sampling import new_rng, sample
+from edgekit.runtime.engines.sampling import new_rng
 from edgekit.runtime.engines.stepwise_serving import StepwiseServing
 
 MAX_SEQUENCES = 4
@@ -167,7 +167,7 @@ class StepwiseEngine(StepwiseServing, VocabularyMixin):
                 last = self._run(slot, ids[begin:end], begin)[-1]
             assert last is not None
             state = _Sequence(slot=slot, pos=len(ids), last=-1, sampling=sampling, rng=new_rng(sampling))
-            state.last = sample(last, sampling, state.rng)
+            state.last = self._pick(seq, last, sampling, state.rng)
         except BaseException:
             self._reset(slot)
             self._free.append(slot)
@@ -193,7 +193,7 @@ class StepwiseEngine(StepwiseServing, VocabularyMixin):
             if seq not in rows:
                 rows[seq] = self._run(state.slot, [state.last], state.pos)[-1]
             state.pos += 1
-            state.last = sample(rows[seq], state.sampling, state.rng)
+            state.last = self._pick(seq, rows[seq], state.sampling, state.rng)
             out[seq] = state.last
         return out
 

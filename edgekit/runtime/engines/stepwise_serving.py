@@ -23,7 +23,7 @@ from typing import Any
 
 from edgekit.runtime.engines.base import Sampling, checked_prompt
 from edgekit.runtime.engines.prefix import PrefixCache, PrefixSlots, Reuse
-from edgekit.runtime.engines.sampling import new_rng, sample
+from edgekit.runtime.engines.sampling import SampledLogprobs, new_rng
 
 
 @dataclass
@@ -50,7 +50,7 @@ class _SlotOps:
         self._engine._restore(self._engine._bound[seq], state)
 
 
-class StepwiseServing(PrefixSlots):
+class StepwiseServing(PrefixSlots, SampledLogprobs):
     """`pick_slot`, `admit` and `advance` (the ServingEngine protocol) for `StepwiseEngine`."""
 
     _seqs: dict[int, Any]
@@ -66,6 +66,7 @@ class StepwiseServing(PrefixSlots):
         self._prefills: dict[int, _Prefill] = {}
         self._bound: dict[int, Any] = {}  # sequence id -> the slot that holds its tokens
         self.last_prompt_tokens = 0
+        self._init_logprobs()
 
     def admit(self, seq: int, prompt_ids: Sequence[int], sampling: Sampling) -> Reuse:
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs.keys() | self._prefills.keys(), self.n_ctx)
@@ -110,7 +111,7 @@ class StepwiseServing(PrefixSlots):
     def _first_token(self, seq: int, logits: Any) -> int:
         prefill = self._prefills.pop(seq)
         rng = new_rng(prefill.sampling)
-        token = sample(logits, prefill.sampling, rng)
+        token = self._pick(seq, logits, prefill.sampling, rng)
         self._begin_sequence(seq, prefill.slot, prefill.pos, token, prefill.sampling, rng)
         return token
 

@@ -30,31 +30,22 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.runtime.engines import Sampling
+from edgekit.errors import EdgekitError
 from edgekit.runtime.loader import BundleInfo, LoadedBundle, load
+from edgekit.runtime.serve.api_error import ApiError, invalid
+from edgekit.runtime.serve.logprobs import TokenLogprobs, layout
 from edgekit.runtime.serve.metrics import CONTENT_TYPE, ServeMetrics
+from edgekit.runtime.serve.parse import Parsed, parse
 from edgekit.runtime.serve.scheduler import Event, EventKind, QueueFull, Request, Scheduler, ShuttingDown
-from edgekit.runtime.text import prompt
+from edgekit.runtime.serve.schema import Endpoint
 
 log = logging.getLogger("edgekit.serve")
 MAX_BODY_BYTES = 1 * 2**20
-MAX_STOP = 4
 DISCONNECT_POLL_S = 0.2
 
 
 class ClientGone(Exception):
     """The client hung up before its request body was complete: nobody to answer."""
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.kind, "code": self.status}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 class ServeState:
@@ -129,10 +120,10 @@ def create_app(state: ServeState) -> Starlette:
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def completions(request: HTTPRequest) -> Response:
-        return await _generate(state, request, chat=False)
+        return await _generate(state, request, Endpoint.COMPLETIONS)
 
     async def chat_completions(request: HTTPRequest) -> Response:
-        return await _generate(state, request, chat=True)
+        return await _generate(state, request, Endpoint.CHAT)
 
     return Starlette(
         routes=[
@@ -148,8 +139,8 @@ def create_app(state: ServeState) -> Starlette:
 # --- one generation request -------------------------------------------------------------------
 
 
-async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Response:
-    endpoint = http.url.path
+async def _generate(state: ServeState, http: HTTPRequest, endpoint: Endpoint) -> Response:
+    chat = endpoint == Endpoint.CHAT
     try:
         if state.scheduler is None or state.loaded is None:
             raise ApiError(
@@ -158,8 +149,10 @@ async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Resp
         with state.scheduler.arriving():
             body = await _read_json(http, state.max_body_bytes)
             # Tokenizing a large prompt and running the chat template are CPU work: off the event loop.
-            request, stream = await run_in_threadpool(_parse, state, body, chat, asyncio.get_running_loop())
-            _submit(state.scheduler, request)
+            parsed = await run_in_threadpool(
+                parse, state.loaded, state.info.model_name, state.metrics, endpoint, body, asyncio.get_running_loop()
+            )
+            _submit(state.scheduler, parsed.request)
     except ApiError as exc:
         state.metrics.requests.labels(endpoint=endpoint, status=str(exc.status)).inc()
         return exc.response()
@@ -172,13 +165,13 @@ async def _generate(state: ServeState, http: HTTPRequest, *, chat: bool) -> Resp
         "created": int(time.time()),
         "model": state.info.model_name,
     }
-    if stream:
+    if parsed.stream:
         return StreamingResponse(
-            _sse(state, request, meta, chat),
+            _sse(state, parsed, meta, chat),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    return await _whole(state, http, request, meta, chat)
+    return await _whole(state, http, parsed.request, meta, chat)
 
 
 def _submit(scheduler: Scheduler, request: Request) -> None:
@@ -211,87 +204,12 @@ async def _read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
     try:
         body = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_request_error") from None
+        raise invalid(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise ApiError(
-            400, "request body is not valid JSON for this server: nested too deeply", "invalid_request_error"
-        ) from None
+        raise invalid("request body is not valid JSON for this server: nested too deeply") from None
     if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object", "invalid_request_error")
+        raise invalid("request body must be a JSON object")
     return body
-
-
-def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise ApiError(400, f"`{key}` must be a number from {lo:g} to {hi:g} (got {value!r})", "invalid_request_error")
-    return float(value)
-
-
-def _parse(
-    state: ServeState, body: dict[str, Any], chat: bool, loop: asyncio.AbstractEventLoop
-) -> tuple[Request, bool]:
-    assert state.loaded is not None
-    engine, config, bundle = state.loaded.engine, state.loaded.config, state.loaded.path
-    if body.get("n", 1) != 1:
-        raise ApiError(400, "only n = 1 is supported", "invalid_request_error")
-    try:
-        if chat:
-            ids = prompt.chat_ids(engine, bundle, body.get("messages"))
-        else:
-            text = body.get("prompt")
-            if isinstance(text, list) and len(text) == 1 and isinstance(text[0], str):
-                text = text[0]
-            if not isinstance(text, str) or not text:
-                raise ApiError(400, "`prompt` must be a non-empty string", "invalid_request_error")
-            if not prompt.is_utf8(text):
-                raise ApiError(
-                    400, "`prompt` is not valid UTF-8 text (it holds a lone surrogate)", "invalid_request_error"
-                )
-            ids = prompt.completion_ids(engine, text)
-    except UsageError as exc:
-        message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
-        raise ApiError(400, message, "invalid_request_error") from None
-    limit = min(config.max_request_tokens, getattr(engine, "n_ctx", config.n_ctx))
-    default_max = 16 if not chat else limit - len(ids)
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens", default_max))
-    if max_tokens is None:
-        max_tokens = default_max
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ApiError(400, f"`max_tokens` must be a positive integer (got {max_tokens!r})", "invalid_request_error")
-    if len(ids) + max_tokens > limit:
-        state.metrics.rejected.labels(reason="too_many_tokens").inc()
-        raise ApiError(
-            400,
-            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) is more than this server's limit of {limit} "
-            "tokens per request (max_request_tokens / n_ctx in runtime.toml)",
-            "context_length_exceeded",
-        )
-    stop = body.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or len(stop) > MAX_STOP or not all(isinstance(s, str) for s in stop):
-        raise ApiError(400, f"`stop` must be a string or a list of at most {MAX_STOP} strings", "invalid_request_error")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
-        raise ApiError(400, "`seed` must be an integer from 0 to 2^63-1", "invalid_request_error")
-    sampling = Sampling(
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
-        seed=seed,
-    )
-    stream, ignore_eos = _flag(body, "stream"), _flag(body, "ignore_eos")
-    request = Request(ids, max_tokens, sampling, stop, loop, ignore_eos=ignore_eos)
-    return request, stream
-
-
-def _flag(body: dict[str, Any], key: str) -> bool:
-    value = body.get(key, False)
-    if not isinstance(value, bool):
-        raise ApiError(400, f"`{key}` must be true or false (got {value!r})", "invalid_request_error")
-    return value
 
 
 def _usage(request: Request) -> dict[str, int]:
@@ -306,10 +224,11 @@ def _usage(request: Request) -> dict[str, int]:
 async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: dict[str, Any], chat: bool) -> Response:
     assert state.scheduler is not None
     parts: list[str] = []
+    tokens: list[TokenLogprobs] = []
     try:
         while True:
             try:
-                kind, value = await asyncio.wait_for(request.events.get(), DISCONNECT_POLL_S)
+                kind, value, token = await asyncio.wait_for(request.events.get(), DISCONNECT_POLL_S)
             except TimeoutError:
                 if await http.is_disconnected():
                     state.scheduler.cancel(request)
@@ -317,38 +236,46 @@ async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: d
                 continue
             if kind == EventKind.TEXT:
                 parts.append(value)
+            elif kind == EventKind.TOKEN and token is not None:
+                tokens.append(token)
             elif kind == EventKind.ERROR:
                 return ApiError(500, value, "server_error").response()
-            else:
+            elif kind == EventKind.DONE:
                 break
     except asyncio.CancelledError:
         state.scheduler.cancel(request)
         raise
     text = "".join(parts)
-    choice: dict[str, Any] = {"index": 0, "finish_reason": value}
+    logprobs = layout(tokens, chat) if request.sampling.logprobs is not None else None
+    choice: dict[str, Any] = {"index": 0, "finish_reason": value, "logprobs": logprobs}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
         obj = "chat.completion"
     else:
-        choice.update({"text": text, "logprobs": None})
+        choice["text"] = text
         obj = "text_completion"
     return JSONResponse({**meta, "object": obj, "choices": [choice], "usage": _usage(request)})
 
 
-async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: bool) -> AsyncIterator[bytes]:
+async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bool) -> AsyncIterator[bytes]:
     assert state.scheduler is not None
+    request = parsed.request
     obj = "chat.completion.chunk" if chat else "text_completion"
+    wants_logprobs = request.sampling.logprobs is not None
+    pending: list[TokenLogprobs] = []  # tokens whose logprobs go out with the next chunk
 
     def event(payload: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps({**meta, "object": obj, **payload}, ensure_ascii=False).encode() + b"\n\n"
 
     def choice(text: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+        logprobs = layout(pending, chat) if wants_logprobs and pending else None
+        pending.clear()
         if chat:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text:
                 delta["content"] = text
-            return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return {"choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]}
+            return {"choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+        return {"choices": [{"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}]}
 
     finished = False
     try:
@@ -357,7 +284,10 @@ async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: 
         while not finished:
             out = bytearray()
             # What one decode step produced goes out in one write (a step's text, then maybe the finish).
-            for kind, value in await _available(request.events):
+            for kind, value, token in await _available(request.events):
+                if kind == EventKind.TOKEN and token is not None:
+                    pending.append(token)
+                    continue
                 if kind == EventKind.TEXT:
                     out += event(choice(value, None))
                     continue
@@ -366,6 +296,8 @@ async def _sse(state: ServeState, request: Request, meta: dict[str, Any], chat: 
                     out += b"\n\n"
                 else:
                     out += event({**choice(None, value), "usage": _usage(request)})
+                    if parsed.include_usage:  # as OpenAI sends it: a last chunk with no choices
+                        out += event({"choices": [], "usage": _usage(request)})
                 out += b"data: [DONE]\n\n"
                 finished = True
                 break

@@ -35,8 +35,9 @@ from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
 from edgekit.runtime.engines import Engine, Sampling
-from edgekit.runtime.engines.base import ServingEngine
+from edgekit.runtime.engines.base import LogprobsEngine, ServingEngine
 from edgekit.runtime.engines.prefix import Reuse
+from edgekit.runtime.serve.logprobs import OffsetCounter, TokenLogprobs, describe
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.serve.prefill_budget import PrefillBudget
 from edgekit.runtime.text.stream import TextStream
@@ -50,6 +51,7 @@ BURST_MEMORY_S = 1.0  # streams that ended together this long ago: their clients
 
 class EventKind(StrEnum):
     TEXT = "text"  # value: the next piece of text
+    TOKEN = "token"  # a generated token's log-probabilities (`Event.token`), before the text it adds
     DONE = "done"  # value: the finish reason ("stop", "length"); the last event
     ERROR = "error"  # value: what went wrong; the last event
 
@@ -59,6 +61,7 @@ class Event(NamedTuple):
 
     kind: EventKind
     value: str
+    token: TokenLogprobs | None = None
 
 
 class QueueFull(Exception):
@@ -85,13 +88,14 @@ class Request:
     generating: bool = False  # its first token is out: the prompt is in the KV cache
     outbox: list[Event] = field(default_factory=list)  # emitted, not yet handed to the loop
     text: TextStream = field(init=False)
+    offsets: OffsetCounter = field(default_factory=OffsetCounter)  # where each token's text starts
 
     def __post_init__(self) -> None:
         self.text = TextStream(self.stop)
 
-    def emit(self, kind: EventKind, value: str) -> None:
+    def emit(self, kind: EventKind, value: str, token: TokenLogprobs | None = None) -> None:
         """Queue an event for the request's handler; `deliver` hands it over."""
-        self.outbox.append(Event(kind, value))
+        self.outbox.append(Event(kind, value, token))
 
 
 def deliver(requests: Iterable[Request]) -> None:
@@ -328,6 +332,9 @@ class Scheduler:
             return
         request.completion_tokens += 1
         self.metrics.completion_tokens.inc()
+        if request.sampling.logprobs is not None and not self._emit_logprobs(slot, request):
+            self._finish(slot, request, EventKind.ERROR, f"the {self.engine.backend} engine reported no logprobs")
+            return
         piece = request.text.feed(self.engine.detokenize([token]))
         if piece:
             self._emit(request, EventKind.TEXT, piece)
@@ -335,6 +342,17 @@ class Scheduler:
             self._finish(slot, request, EventKind.DONE, "stop")
         elif request.completion_tokens >= request.max_tokens:
             self._finish(slot, request, EventKind.DONE, "length")
+
+    def _emit_logprobs(self, slot: int, request: Request) -> bool:
+        """The TOKEN event of the token `slot` sampled last; False if the engine has none (parse() refuses
+        logprobs for an engine without them, so this is a bug)."""
+        engine = self.engine
+        sampled = engine.take_logprobs(slot) if isinstance(engine, LogprobsEngine) else None
+        if sampled is None:
+            return False
+        request.emit(EventKind.TOKEN, "", describe(sampled, engine.detokenize, request.offsets))
+        self._emitted[request.id] = request
+        return True
 
     def _finish(self, slot: int, request: Request, kind: EventKind, value: str) -> None:
         if kind == EventKind.DONE:

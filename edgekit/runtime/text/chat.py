@@ -35,6 +35,8 @@ _BIG_NUMBER = re.compile(r"\d{7,}")
 _PADDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
+MESSAGE_KEYS = ("role", "content")  # what the template is given; any other key is refused, never dropped
+TEXT_PART_KEYS = ("type", "text")
 MAX_MESSAGES = 256
 
 
@@ -161,12 +163,10 @@ def normalise_messages(messages: Any) -> list[dict[str, str]]:
             raise UsageError(f"messages[{i}] needs a string `role`", f"one of {', '.join(ROLES)}")
         if message["role"] not in ROLES:
             raise UsageError(f"messages[{i}].role is {message['role']!r}", f"use one of {', '.join(ROLES)}")
+        _only_keys(message, MESSAGE_KEYS, f"messages[{i}]")
         content = message.get("content", "")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if len(parts) != len(content):
-                raise UsageError(f"messages[{i}].content has non-text parts", "this model takes text only")
-            content = "".join(parts)
+            content = _text_of_parts(content, i)
         if not isinstance(content, str):
             raise UsageError(f"messages[{i}].content must be a string", "send text content")
         try:
@@ -175,6 +175,23 @@ def normalise_messages(messages: Any) -> list[dict[str, str]]:
             raise UsageError(f"messages[{i}].content is not valid UTF-8 text", "it holds a lone surrogate") from None
         out.append({"role": message["role"], "content": content})
     return out
+
+
+def _only_keys(value: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    extra = [key for key in value if key not in keys]
+    if extra:
+        raise UsageError(f"{where} has `{extra[0]}`, which edgekit does not implement", f"send only {', '.join(keys)}")
+
+
+def _text_of_parts(content: list[Any], i: int) -> str:
+    parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    if len(parts) != len(content):
+        raise UsageError(f"messages[{i}].content has non-text parts", "this model takes text only")
+    for j, part in enumerate(content):
+        _only_keys(part, TEXT_PART_KEYS, f"messages[{i}].content[{j}]")
+    if not all(isinstance(text, str) for text in parts):
+        raise UsageError(f"messages[{i}].content has a text part whose text is not a string", "send text")
+    return "".join(parts)
 
 
 def render(
