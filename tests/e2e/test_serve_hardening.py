@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -28,16 +27,11 @@ import pytest
 
 from edgekit.manifest import verify_bundle
 from edgekit.runtime.config import LOCAL_FILE
+from tests.support.live_serve import free_port, serve_process
 from tests.support.stage_cache import linked_copy
 
 BIN = Path(sys.executable).parent
 SLOTS, QUEUE, MAX_REQUEST_TOKENS = 2, 2, 256
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def edgekit(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -176,33 +170,9 @@ def server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     (bundle / LOCAL_FILE).write_text(
         f"[runtime]\nmax_concurrent = {SLOTS}\nmax_queue = {QUEUE}\nmax_request_tokens = {MAX_REQUEST_TOKENS}\n"
     )
-    port = free_port()
     log_path = bundle.parent / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "edgekit", "serve", str(bundle), "--port", str(port), "--log-level", "warning"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(f"http://127.0.0.1:{port}", proc, log_path)
-    try:
-        deadline = time.time() + 120
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(server.url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "serve did not become ready:\n" + log_path.read_text()
-            time.sleep(0.1)
-        yield server
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with serve_process(bundle, log_path) as (url, proc):
+        yield Server(url, proc, log_path)
 
 
 # What a client can get wrong, and the words the 400 must carry. Each is sent as raw bytes.

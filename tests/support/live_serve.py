@@ -23,6 +23,13 @@ def free_port() -> int:
 @contextlib.contextmanager
 def live_server(bundle: Path, log_path: Path, timeout: float = 120) -> Iterator[str]:
     """The server's base URL once /health says ok; the server is stopped (SIGTERM) on exit."""
+    with serve_process(bundle, log_path, timeout) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(bundle: Path, log_path: Path, timeout: float = 120) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The server's base URL and its process once /health says ok; stopped (SIGTERM, then kill) on exit."""
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -40,7 +47,7 @@ def live_server(bundle: Path, log_path: Path, timeout: float = 120) -> Iterator[
                     break
             assert time.time() < deadline, "serve did not become ready:\n" + log_path.read_text()
             time.sleep(0.1)
-        yield url
+        yield url, proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
