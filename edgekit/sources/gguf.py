@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._util.gguf_file import libraries_share_readers, read_gguf
+from edgekit._util.llama_vocab import llama_tokenize
 from edgekit.errors import SourceError
 
 FILE_TYPES = {
@@ -189,15 +190,7 @@ class LlamaCppTokenizer:
 
     def tokenize(self, text: str) -> list[int]:
         """`text` as llama.cpp cuts it, special tokens parsed (as the Hugging Face tokenizer and the engine do)."""
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buf = (self._llama.llama_token * capacity)()
-        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, True)
-        if n < 0:  # never more tokens than bytes, but follow the API's contract
-            capacity = -n
-            buf = (self._llama.llama_token * capacity)()
-            n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, True)
-        return list(buf[:n])
+        return llama_tokenize(self._llama, self._vocab, text.encode("utf-8"), special=True)
 
     def piece(self, token: int) -> bytes:
         """The bytes token `token` stands for (a special token's text included)."""

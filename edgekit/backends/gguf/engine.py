@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit._util.llama_vocab import llama_tokenize
 from edgekit.backends.gguf.serving import PREFIX_CACHE, ServingMixin
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
@@ -181,14 +182,7 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
             data = text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise UsageError(f"text is not valid UTF-8 ({exc.reason} at {exc.start})", "send UTF-8 text") from None
-        capacity = len(data) + 8
-        buf = (self._llama.llama_token * capacity)()
-        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, special)
-        if n < 0:  # never more tokens than bytes, but follow the API's contract
-            capacity = -n
-            buf = (self._llama.llama_token * capacity)()
-            n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, False, special)
-        return list(buf[:n])
+        return llama_tokenize(self._llama, self._vocab, data, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
         out = bytearray()
