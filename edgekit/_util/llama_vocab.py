@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 
@@ -16,3 +17,13 @@ def llama_tokenize(llama: Any, vocab: Any, data: bytes, *, special: bool) -> lis
         buf = (llama.llama_token * capacity)()
         n = llama.llama_tokenize(vocab, data, len(data), buf, capacity, False, special)
     return list(buf[:n])
+
+
+def llama_piece(llama: Any, vocab: Any, token: int, *, special: bool) -> bytes:
+    """The bytes token `token` stands for; `special`: a special token's own text (else nothing for it)."""
+    buf = ctypes.create_string_buffer(64)
+    n = llama.llama_token_to_piece(vocab, int(token), buf, len(buf), 0, special)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = llama.llama_token_to_piece(vocab, int(token), buf, len(buf), 0, special)
+    return buf.raw[:n]

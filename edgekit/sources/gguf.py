@@ -10,7 +10,6 @@ recognises it and the tokenization check downstream compares like with like.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._util.gguf_file import libraries_share_readers, read_gguf
-from edgekit._util.llama_vocab import llama_tokenize
+from edgekit._util.llama_vocab import llama_piece, llama_tokenize
 from edgekit.errors import SourceError
 
 FILE_TYPES = {
@@ -194,12 +193,7 @@ class LlamaCppTokenizer:
 
     def piece(self, token: int) -> bytes:
         """The bytes token `token` stands for (a special token's text included)."""
-        buf = ctypes.create_string_buffer(64)
-        n = self._llama.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, True)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self._llama.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, True)
-        return buf.raw[:n]
+        return llama_piece(self._llama, self._vocab, token, special=True)
 
     def token_text(self, token: int) -> str:
         """The vocabulary's text of a token (e.g. '<|im_end|>')."""

@@ -14,7 +14,6 @@ decode thread count for steps of several sequences and back for prompts.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import threading
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit._util.llama_vocab import llama_tokenize
+from edgekit._util.llama_vocab import llama_piece, llama_tokenize
 from edgekit.backends.gguf.serving import PREFIX_CACHE, ServingMixin
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
@@ -185,15 +184,7 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
         return llama_tokenize(self._llama, self._vocab, data, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
-        out = bytearray()
-        buf = ctypes.create_string_buffer(64)
-        for token in ids:
-            n = self._llama.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self._llama.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, False)
-            out += buf.raw[:n]
-        return bytes(out)
+        return b"".join(llama_piece(self._llama, self._vocab, token, special=False) for token in ids)
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         if self._seqs or self._prefills:
