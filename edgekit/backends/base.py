@@ -113,6 +113,9 @@ class BuildBackend(ABC, Generic[OptionsT]):
     converts_gguf: ClassVar[bool] = False  # converts a GGUF source itself (no dequantized checkpoint needed)
     # scheme = "auto" without a `ladder`: (scheme, options) candidates, cheapest (smallest) first
     default_ladder: ClassVar[tuple[tuple[str, dict[str, Any]], ...]] = ()
+    # About how many bytes per parameter each scheme's artifact takes, and the converted form ("convert"):
+    # what `disk_bytes` estimates from (a scheme not listed counts 2, as FP16 does).
+    bytes_per_param: ClassVar[dict[str, float]] = {}
 
     def require(self) -> None:
         """Raise MissingDependencyError (naming `extra`) when a module in `required_modules` is not installed."""
@@ -173,6 +176,12 @@ class BuildBackend(ABC, Generic[OptionsT]):
     def default_gates(self, scheme: str) -> Gates:
         """The sign-off thresholds of `scheme` when the recipe sets none: `default_scheme_gates`, else no gates."""
         return self.default_scheme_gates.get(scheme, Gates())
+
+    def disk_bytes(self, scheme: str | None, parameters: int) -> int:
+        """About how many bytes the artifact of `scheme` (None: the converted form) takes for a model of
+        `parameters` weights: the build checks free disk for every stage's outputs with it before any stage runs.
+        Default: `bytes_per_param` of the scheme (or of "convert"), else 2 bytes (FP16)."""
+        return int(parameters * self.bytes_per_param.get(scheme or "convert", 2.0))
 
     def artifact_name(self, scheme: str) -> str:
         """A target's name when the recipe gives none."""

@@ -26,6 +26,7 @@ from edgekit.observe.memwatch import INTERVAL_SECONDS, MemoryWatch, max_rss_mib
 from edgekit.observe.progress import Progress
 from edgekit.pipeline.levers import lever_figures
 from edgekit.pipeline.repair import repair
+from edgekit.plan.disk import check_disk
 from edgekit.plan.make import Plan, make_plan, output_path
 from edgekit.plan.task_base import Stage
 from edgekit.plan.tasks import BundleTask
@@ -132,6 +133,7 @@ def build_plan(
 ) -> BuildResult:
     started = started or time.time()
     cache.clean_partials()
+    check_disk(plan.tasks, plan.bundle, cache)  # before any stage: a build that cannot finish does not start
     executor = executor or LocalExecutor(Workspace(cache, plan.env), progress)
     with MemoryWatch() as watch:
         entries = executor.run(plan.tasks)

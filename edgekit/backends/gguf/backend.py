@@ -53,9 +53,9 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
     default_ladder: ClassVar[tuple[tuple[str, dict[str, Any]], ...]] = (
         ("Q4_K_M", {}), ("Q4_K_M", {"imatrix": True}), ("Q5_K_M", {}), ("Q6_K", {}), ("Q8_0", {}),
     )  # fmt: skip
-    # Approximate bytes per parameter of each scheme, for the disk-space check before writing.
-    bytes_per_param: ClassVar[dict[str, float]] = {"F16": 2.0, "Q8_0": 1.07, "Q6_K": 0.83, "Q5_K_M": 0.72,
-                                                   "Q4_K_M": 0.62}  # fmt: skip
+    # Approximate bytes per parameter of each scheme, for the disk-space checks before writing.
+    bytes_per_param: ClassVar[dict[str, float]] = {"convert": 2.0, "F16": 2.0, "Q8_0": 1.07, "Q6_K": 0.83,
+                                                   "Q5_K_M": 0.72, "Q4_K_M": 0.62}  # fmt: skip
 
     def check_target(self, scheme: str, options: GGUFOptions) -> list[RecipeProblem]:
         return option_problems(scheme, options)

@@ -56,6 +56,8 @@ class ONNXRuntimeOptions(BaseModel):
 class ONNXRuntimeBuild(OptimumBuild[ONNXRuntimeOptions]):
     name = "onnxruntime"
     schemes = ("INT8",)
+    # An FP32 export; INT8 weights with their scales
+    bytes_per_param: ClassVar[dict[str, float]] = {"convert": 4.0, "INT8": 1.05}
     extra = "onnx"
     exporter = "onnx"
     child = "edgekit.backends.onnxruntime.child"

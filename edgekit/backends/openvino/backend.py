@@ -67,6 +67,8 @@ def data_aware(options: OpenVINOOptions) -> bool:
 class OpenVINOBuild(OptimumBuild[OpenVINOOptions]):
     name = "openvino"
     schemes = ("INT8", "INT4")
+    # FP16 IR; INT8 weights with a scale per channel; INT4 groups with the embedding and head kept in INT8
+    bytes_per_param: ClassVar[dict[str, float]] = {"convert": 2.0, "INT8": 1.05, "INT4": 0.7}
     extra = "openvino"
     exporter = "openvino"
     child = "edgekit.backends.openvino.child"
