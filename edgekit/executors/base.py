@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from edgekit.backends.base import BuildEnv
 from edgekit.observe import stagelog
+from edgekit.observe.memwatch import release_freed_memory
 from edgekit.observe.progress import Progress
 from edgekit.plan.task_base import Stage, Task
 from edgekit.stages import runner
@@ -70,6 +71,8 @@ def execute(task: Task, records: Mapping[str, CacheEntry], space: Workspace, pro
                 kept = space.cache.root / FAILED_LOGS / f"{task.stage}-{task.key[:16]}"
                 stagelog.keep(exc, kept, {p.name: p for p in sorted(out.glob("*.log"))}, was=out)
                 raise
+            finally:
+                release_freed_memory()
         for notice in log.notices:
             progress.warn(f"{task.label}: {notice}")
         return result

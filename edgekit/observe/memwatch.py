@@ -15,6 +15,9 @@ files, which is why streamed weights are mapped read-only.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import os
 import resource
 import threading
@@ -26,6 +29,15 @@ from typing import Any
 MIB = 2**20
 INTERVAL_SECONDS = 0.05
 _FIELDS = {"RssAnon": "anon", "RssFile": "file", "RssShmem": "shmem", "VmData": "data"}
+
+
+def release_freed_memory() -> None:
+    """Give what the heap holds free back to the kernel (glibc's `malloc_trim`), so that a stage's working memory
+    does not stay in the build's RSS under the stages after it (a whole FP32 reference leaves about 0.8 GiB per
+    billion weights otherwise). Nothing happens without glibc."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def process_memory(pid: int | str = "self") -> dict[str, int]:
