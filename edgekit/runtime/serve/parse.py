@@ -15,6 +15,7 @@ from edgekit.runtime.serve.api_error import ApiError, invalid
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.serve.scheduler import Request
 from edgekit.runtime.serve.schema import ChatBody, CompletionBody, Endpoint, FieldProblem, validate
+from edgekit.runtime.serve.structured import check_grammar, require_grammar, response_schema, schema_grammar
 from edgekit.runtime.text import prompt
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat's is what the context leaves
@@ -62,6 +63,7 @@ def parse(
         top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
         logprobs=_logprobs(loaded, body),
+        grammar=_grammar(loaded, body, stop),
     )
     request = Request(ids, max_tokens, sampling, stop, loop, ignore_eos=body.ignore_eos)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -84,6 +86,21 @@ def _logprobs(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> int | No
             "logprobs",
         )
     return wanted
+
+
+def _grammar(loaded: LoadedBundle, body: CompletionBody | ChatBody, stop: list[str]) -> str | None:
+    """The grammar `response_format` asks for (None: free text), checked against the engine and the body."""
+    if body.response_format is None:
+        return None
+    schema = response_schema(body.response_format)
+    if schema is None:
+        return None
+    engine = require_grammar(loaded.engine, "response_format")
+    if stop:
+        raise invalid("`stop` cannot be used with a structured `response_format`: it could cut the JSON", "stop")
+    if body.ignore_eos:
+        raise invalid("`ignore_eos` cannot be used with a structured `response_format`: the JSON ends it", "ignore_eos")
+    return check_grammar(engine, schema_grammar(schema), "response_format")
 
 
 def _prompt_ids(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> list[int]:

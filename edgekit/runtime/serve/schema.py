@@ -60,6 +60,9 @@ class _Body(BaseModel):
     n: int | None = Field(None, ge=1, le=1, description="1: only n = 1 is supported (one choice per request)")
     presence_penalty: float | None = Field(None, ge=0, le=0, description="0: repetition penalties are not implemented")
     frequency_penalty: float | None = Field(None, ge=0, le=0, description="0: repetition penalties are not implemented")
+    response_format: dict[str, Any] | None = Field(
+        None, description='an object: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", …}'
+    )
 
 
 class CompletionBody(_Body):
@@ -92,7 +95,10 @@ class Unsupported:
     instead: str | None = None
 
 
-_STRUCTURED = Unsupported("structured output (JSON mode, JSON schema, grammars) is not implemented")
+_STRUCTURED = Unsupported(
+    "it is llama-server's own field; edgekit takes structured output as OpenAI's `response_format`",
+    instead="response_format",
+)
 _TOOLS = Unsupported("tool calls are not implemented")
 _SAMPLER = Unsupported("only temperature and nucleus sampling are implemented", instead="top_p")
 _PENALTY = Unsupported("repetition penalties are not implemented")
@@ -100,7 +106,6 @@ _PLATFORM = Unsupported("it is a feature of OpenAI's platform, not of a model se
 
 UNSUPPORTED: dict[str, Unsupported] = {
     "n_probs": Unsupported("it is llama-server's name for the alternatives per token", instead="logprobs"),
-    "response_format": _STRUCTURED,
     "json_schema": _STRUCTURED,
     "grammar": _STRUCTURED,
     "tools": _TOOLS,
