@@ -240,8 +240,8 @@ def test_text_is_the_no_op_it_is(client: openai.OpenAI) -> None:
             "response_format",
             "`response_format.json_schema.schema.properties.a.format` must be one of date, time",
         ),
-        ({"response_format": {"type": "json_object"}, "stop": ["}"]}, "stop", "could cut the JSON"),
-        ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos", "the JSON ends it"),
+        ({"response_format": {"type": "json_object"}, "stop": ["}"]}, "stop", "could cut the JSON the reply is"),
+        ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos", "ends it"),
         ({"json_schema": CITY}, "json_schema", "the closest field edgekit takes is `response_format`"),
     ],
 )
@@ -256,17 +256,18 @@ def test_what_the_grammar_would_not_enforce_is_a_400_naming_it(
     assert error["param"] == param and words in error["message"], error
 
 
+@pytest.mark.parametrize("param", ["response_format", "tools"])
 @pytest.mark.parametrize("engine_class", [OpenVINOEngine, ONNXRuntimeEngine])
-def test_engines_without_grammars_are_refused_naming_the_engine(engine_class: type) -> None:
+def test_engines_without_grammars_are_refused_naming_the_engine(engine_class: type, param: str) -> None:
     """The stepwise engines sample in numpy with no grammar: a structured request to them is a 400 naming them.
     (No OpenVINO or ONNX bundle is built here: the check is on the engine's class, which `parse` uses.)"""
     assert issubclass(GGUFEngine, GrammarEngine) and not issubclass(engine_class, GrammarEngine)
     engine = object.__new__(engine_class)  # an instance of the real class, nothing loaded: only its type counts
     with pytest.raises(ApiError) as info:
-        require_grammar(engine, "response_format")
+        require_grammar(engine, param)
     error = info.value
-    assert error.status == 400 and error.param == "response_format"
-    assert f"not supported by the {engine_class.backend} engine" in error.message
+    assert error.status == 400 and error.param == param
+    assert f"`{param}` is not supported by the {engine_class.backend} engine" in error.message
 
 
 def test_a_constrained_stream_frees_its_grammar_for_the_next_request(client: openai.OpenAI) -> None:
