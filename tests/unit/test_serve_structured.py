@@ -15,6 +15,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 from edgekit.backends.gguf.engine import GGUFEngine
 from edgekit.backends.onnxruntime.engine import ONNXRuntimeEngine
@@ -278,3 +279,56 @@ def test_a_constrained_stream_frees_its_grammar_for_the_next_request(client: ope
         )
     assert answer.choices[0].finish_reason == "stop"
     valid(answer.choices[0].message.content, CITY)
+
+
+def test_the_sdks_parse_helper_gets_its_pydantic_model(client: openai.OpenAI) -> None:
+    """`client.chat.completions.parse(response_format=<pydantic model>)` sends a strict json_schema and parses."""
+
+    class Country(BaseModel):
+        name: str = Field(max_length=30)
+        capital: str = Field(max_length=30)
+        landlocked: bool
+
+    answer = client.chat.completions.parse(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Describe France in JSON."}],
+        max_tokens=120,
+        temperature=0,
+        response_format=Country,
+    )
+    parsed = answer.choices[0].message.parsed
+    assert isinstance(parsed, Country) and parsed.name and parsed.capital
+
+
+def test_logprobs_of_a_constrained_answer_are_its_tokens(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=200,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        response_format=json_schema(CITY),
+    )
+    choice = answer.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content
+    assert b"".join(bytes(e.bytes or []) for e in choice.logprobs.content).decode() == choice.message.content
+    valid(choice.message.content, CITY)
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"$ref": "#/$defs", "$defs": {"x": {}}}, "`response_format.json_schema.schema.$ref(#/$defs).x` is not"),
+        ({"$ref": "#/$defs/Nope", "$defs": {}}, "points to nothing in the schema"),
+        ({"type": "object", "properties": {"a": True}}, "boolean schemas are not supported"),
+        ({"type": ["string", "null"], "maxLength": 3}, "cannot be used beside a list of types"),
+        ({"type": "string", "enum": ["a", 1]}, "lists 1, which is not of its type 'string'"),
+        ({"type": "array", "maxItems": 2}, "schema.items` is needed with `minItems` or `maxItems`"),
+    ],
+)
+def test_schemas_the_grammar_cannot_follow_name_the_keyword(url: str, schema: dict[str, Any], words: str) -> None:
+    body = {"messages": MESSAGES, "max_tokens": 4, "response_format": json_schema(schema)}
+    response = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "response_format" and words in response.json()["error"]["message"]

@@ -54,6 +54,7 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 class _Checker:
     def __init__(self, root: Any, where: str, param: str) -> None:
         self.root, self.where, self.param = root, where, param
+        self.refs: set[str] = set()  # references whose targets are checked (or being checked: recursive schemas)
 
     def fail(self, path: str, message: str) -> NoReturn:
         raise invalid(f"`{self.where}{path}` {message}", self.param)
@@ -72,7 +73,7 @@ class _Checker:
             if defs in out:
                 out[defs] = self.mapping(out[defs], f"{path}.{defs}", depth)
         if "$ref" in out:
-            return self.ref(out, path)
+            return self.ref(out, path, depth)
         if "anyOf" in out:
             return self.any_of(out, path, depth)
         kind = out.get("type")
@@ -105,7 +106,7 @@ class _Checker:
             self.fail(path, "must be an object of schemas")
         return {name: self.schema(sub, f"{path}.{name}", depth + 1) for name, sub in value.items()}
 
-    def ref(self, out: dict[str, Any], path: str) -> dict[str, Any]:
+    def ref(self, out: dict[str, Any], path: str, depth: int) -> dict[str, Any]:
         ref, others = out["$ref"], [k for k in out if k not in ("$ref", *_DEFS)]
         if others:
             self.fail(f"{path}.{others[0]}", "cannot be used beside `$ref` (the grammar follows only the reference)")
@@ -116,6 +117,9 @@ class _Checker:
             if not isinstance(target, dict) or part not in target:
                 self.fail(f"{path}.$ref", f"points to nothing in the schema ({ref})")
             target = target[part]
+        if ref not in self.refs:
+            self.refs.add(ref)
+            self.schema(target, f"{path}.$ref({ref})", depth + 1)
         return out
 
     def any_of(self, out: dict[str, Any], path: str, depth: int) -> dict[str, Any]:

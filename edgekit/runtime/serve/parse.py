@@ -110,7 +110,7 @@ def _grammar(
         raise invalid(f"`stop` cannot be used with `{param}`: it could cut the JSON the reply is", "stop")
     if body.ignore_eos:
         raise invalid(f"`ignore_eos` cannot be used with `{param}`: the JSON the reply is ends it", "ignore_eos")
-    return check_grammar(engine, schema_grammar(schema), param)
+    return check_grammar(engine, schema_grammar(schema, param), param)
 
 
 def _prompt_ids(loaded: LoadedBundle, body: CompletionBody | ChatBody, tool_plan: ToolPlan | None) -> list[int]:

@@ -69,13 +69,16 @@ def _only(value: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
             raise invalid(f"`{where}.{key}` is not supported: {why} (it takes {taken})", "response_format")
 
 
-def schema_grammar(schema: dict[str, Any]) -> str:
+def schema_grammar(schema: dict[str, Any], param: str) -> str:
     """GBNF for the values of a checked JSON schema (llama.cpp's converter, JSON's string characters)."""
     from llama_cpp.llama_grammar import SchemaConverter
 
     converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-    resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "input")
-    converter.visit(resolved, "")
+    try:
+        resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "input")
+        converter.visit(resolved, "")
+    except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:  # the checks should catch all
+        raise invalid(f"`{param}`'s schema could not be turned into a grammar: {exc}", param) from None
     if "char" in converter._rules:  # the converter's strings take raw control characters, which JSON forbids
         converter._rules["char"] = CHAR_RULE
     return str(converter.format_grammar())
