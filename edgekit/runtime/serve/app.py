@@ -1,7 +1,10 @@
 """`edgekit serve`: an OpenAI-compatible HTTP server over one bundle (starlette + uvicorn).
 
-    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream, ignore_eos}
-    POST /v1/chat/completions   {messages, ...}: the model's chat template, rendered in a jinja2 sandbox
+    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream, ignore_eos,
+                                 logprobs, response_format}  (schema.py has every field)
+    POST /v1/chat/completions   {messages, ..., tools, tool_choice}: the model's chat template, rendered in a
+                                jinja2 sandbox; `response_format` and tools constrain decoding (structured.py,
+                                tools.py)
     GET  /v1/models             the one model this server runs
     GET  /health                200 once the model is loaded and warmed up, 503 before
     GET  /metrics               Prometheus text
