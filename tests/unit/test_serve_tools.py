@@ -182,7 +182,7 @@ def test_a_tool_result_round_trip(client: openai.OpenAI) -> None:
     if again.choices[0].finish_reason == "tool_calls":
         check_call(again.choices[0].message.tool_calls[0], set(PARAMETERS))  # type: ignore[index]
     else:
-        assert again.choices[0].finish_reason == "stop" and isinstance(again.choices[0].message.content, str)
+        assert again.choices[0].finish_reason in ("stop", "length") and again.choices[0].message.content
 
 
 def test_the_history_is_rendered_for_the_template() -> None:
