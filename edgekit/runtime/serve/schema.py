@@ -39,6 +39,8 @@ class Message(BaseModel):
     model_config = _STRICT
     role: str = Field(description="one of system, user, assistant, tool, developer")
     content: str | list[dict[str, Any]] | None = Field("", description="a string, or a list of text parts")
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="an assistant's list of tool calls")
+    tool_call_id: str | None = Field(None, description="on a `tool` message: the id of the call it answers")
 
 
 class _Body(BaseModel):
@@ -60,6 +62,9 @@ class _Body(BaseModel):
     n: int | None = Field(None, ge=1, le=1, description="1: only n = 1 is supported (one choice per request)")
     presence_penalty: float | None = Field(None, ge=0, le=0, description="0: repetition penalties are not implemented")
     frequency_penalty: float | None = Field(None, ge=0, le=0, description="0: repetition penalties are not implemented")
+    response_format: dict[str, Any] | None = Field(
+        None, description='an object: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", …}'
+    )
 
 
 class CompletionBody(_Body):
@@ -75,6 +80,11 @@ class ChatBody(_Body):
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description=f"an integer from 0 to {MAX_TOP_LOGPROBS} (with `logprobs`: true)"
     )
+    tools: list[Any] | None = Field(None, description='a list of {"type": "function", "function": {…}}')
+    tool_choice: str | dict[str, Any] | None = Field(
+        None, description='"auto", "none", "required" or {"type": "function", "function": {"name": …}}'
+    )
+    parallel_tool_calls: bool | None = Field(None, description="false: at most one tool call per reply")
 
 
 Body = CompletionBody | ChatBody
@@ -92,22 +102,21 @@ class Unsupported:
     instead: str | None = None
 
 
-_STRUCTURED = Unsupported("structured output (JSON mode, JSON schema, grammars) is not implemented")
-_TOOLS = Unsupported("tool calls are not implemented")
+_STRUCTURED = Unsupported(
+    "it is llama-server's own field; edgekit takes structured output as OpenAI's `response_format`",
+    instead="response_format",
+)
+_FUNCTIONS = Unsupported("it is OpenAI's deprecated form of tool calls", instead="tools")
 _SAMPLER = Unsupported("only temperature and nucleus sampling are implemented", instead="top_p")
 _PENALTY = Unsupported("repetition penalties are not implemented")
 _PLATFORM = Unsupported("it is a feature of OpenAI's platform, not of a model server")
 
 UNSUPPORTED: dict[str, Unsupported] = {
     "n_probs": Unsupported("it is llama-server's name for the alternatives per token", instead="logprobs"),
-    "response_format": _STRUCTURED,
     "json_schema": _STRUCTURED,
     "grammar": _STRUCTURED,
-    "tools": _TOOLS,
-    "tool_choice": _TOOLS,
-    "parallel_tool_calls": _TOOLS,
-    "functions": _TOOLS,
-    "function_call": _TOOLS,
+    "functions": _FUNCTIONS,
+    "function_call": Unsupported("it is OpenAI's deprecated form of tool calls", instead="tool_choice"),
     "logit_bias": Unsupported("logit biases are not implemented"),
     "echo": Unsupported("echoing the prompt is not implemented"),
     "best_of": Unsupported("only one candidate is generated per request", instead="n"),
@@ -135,9 +144,7 @@ UNSUPPORTED: dict[str, Unsupported] = {
 # Message keys of OpenAI's API that edgekit's chat does not implement.
 UNSUPPORTED_MESSAGE_KEYS: dict[str, Unsupported] = {
     "name": Unsupported("participant names are not passed to the chat template"),
-    "tool_calls": _TOOLS,
-    "tool_call_id": _TOOLS,
-    "function_call": _TOOLS,
+    "function_call": Unsupported("it is OpenAI's deprecated form of tool calls", instead="tool_calls"),
     "refusal": Unsupported("refusals are not implemented"),
     "audio": Unsupported("this server takes text only"),
 }
