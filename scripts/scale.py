@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a build costs at the sizes users ship: 1B, 3B and 7B random-weight checkpoints, beside llama.cpp's tools.
 
-    scripts/scale.py --work /work/scale [--sizes 1b 3b 7b] [--table docs/scale-table.md]
+    scripts/scale.py --work /work/scale [--sizes 1b 3b 7b] [--readme README.md] [--table FILE] [--table-only]
 
 For each size it writes (once) a random-weight HF folder in the architecture's shape, with SmolLM2's real
 tokenizer (so the vocabulary is 49,152 tokens, not the original model's):
@@ -314,13 +314,15 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--table", type=Path, help="write the Markdown table here")
+    parser.add_argument("--readme", type=Path, help="replace the table between the scale-table markers of this file")
+    parser.add_argument("--table-only", action="store_true", help="build nothing: the table from --work's scale.json")
     parser.add_argument("--keep", action="store_true", help="keep each size's cache and output (disk!)")
     args = parser.parse_args()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     results_file = work / "scale.json"
     results: dict[str, Any] = json.loads(results_file.read_text()) if results_file.is_file() else {}
-    for name in args.sizes:
+    for name in [] if args.table_only else args.sizes:
         model = checkpoint(work, name)
         result: dict[str, Any] = {"fp16_gib": round(fp16_gib(model), 2), "load_before": os.getloadavg()}
         result["build"] = build(work, name, model, args.threads)
@@ -334,9 +336,24 @@ def main() -> None:
             shutil.rmtree(work / f"cache-{name}", ignore_errors=True)
     print(json.dumps(results, indent=2))
     done = {n: r for n, r in results.items() if r["build"]["exit"] == 0 and "llama" in r}
-    if args.table and done:
-        args.table.write_text(table(done))
-        print(table(done))
+    if done:
+        text = table(done)
+        print(text)
+        if args.table:
+            args.table.write_text(text)
+        if args.readme:
+            replace_between_markers(args.readme, text)
+
+
+def replace_between_markers(path: Path, text: str) -> None:
+    """The table in `path` (README.md), between its `<!-- scale-table -->` and `<!-- /scale-table -->` lines."""
+    start, end = "<!-- scale-table -->", "<!-- /scale-table -->"
+    body = path.read_text()
+    if start not in body or end not in body:
+        raise SystemExit(f"{path} has no {start} … {end} block to fill")
+    head, rest = body.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{text}{end}{tail}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 convert:  HF checkpoint → GGUF F16 with llama.cpp's own convert_hf_to_gguf.py (same llama.cpp
           version as the installed llama-cpp-python), stamped with provenance metadata.
-quantize: F16 → Q4_K_M / Q5_K_M / Q6_K / Q8_0 with llama_model_quantize from the bindings, or with
+quantize: F16 → Q4_K_M / Q5_K_M / Q6_K / Q8_0, or Q4_0 / IQ4_NL (the formats llama.cpp repacks at load time
+          for ARM's NEON, i8mm and SVE kernels, and AVX2 on x86), with llama_model_quantize from the bindings, or with
           the `llama-quantize` binary when the target pulls a lever (importance matrix, per-tensor
           types; see `quantize_needs`). The tensor types actually written are read back, because K-quants
           silently fall back to other types on rows that are not a multiple of 256.
@@ -45,7 +46,7 @@ FALLBACK = re.compile(r"required for type\s+(\w+)\)\s*->\s*falling back to\s+(\w
 class GGUFBuild(BuildBackend[GGUFOptions]):
     name = "gguf"
     converts_gguf = True
-    schemes = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16")
+    schemes = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16", "Q4_0", "IQ4_NL")
     extra = "gguf"
     required_modules = ("llama_cpp", "gguf", "torch", "transformers")
     options_model = GGUFOptions
@@ -55,7 +56,8 @@ class GGUFBuild(BuildBackend[GGUFOptions]):
     )  # fmt: skip
     # Approximate bytes per parameter of each scheme, for the disk-space checks before writing.
     bytes_per_param: ClassVar[dict[str, float]] = {"convert": 2.0, "F16": 2.0, "Q8_0": 1.07, "Q6_K": 0.83,
-                                                   "Q5_K_M": 0.72, "Q4_K_M": 0.62}  # fmt: skip
+                                                   "Q5_K_M": 0.72, "Q4_K_M": 0.62, "Q4_0": 0.6,
+                                                   "IQ4_NL": 0.6}  # fmt: skip
 
     def check_target(self, scheme: str, options: GGUFOptions) -> list[RecipeProblem]:
         return option_problems(scheme, options)
