@@ -259,9 +259,9 @@ def assemble(task: BundleTask, entries: dict[str, CacheEntry], outcome: Outcome,
     with staging_dir(Path(task.final)) as tmp:
         records = bundle.stage_files(tmp, task, kept, checkpoint, runtime, outcome.verdicts)
         measured = [b for b in (bench, *benches.values()) if b is not None]
-        bundle.add_ship_files(tmp, task, records, entries, measured, runtime["artifact"])
-        bundle.stage_box_runtimes(tmp, task, kept, outcome.verdicts, benches)
         reference, noise = _reference_summary(task, entries)
+        bundle.add_ship_files(tmp, task, records, entries, measured, runtime["artifact"], noise)
+        bundle.stage_box_runtimes(tmp, task, kept, outcome.verdicts, benches)
         report = build_report(
             task.report,
             targets=task.targets,

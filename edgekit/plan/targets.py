@@ -71,7 +71,7 @@ class TargetInputs:
         runtime = self.recipe.spec.bundle.runtime
         settings = {"n_ctx": runtime.n_ctx, "n_batch": runtime.n_batch, "max_concurrent": 1,
                     "warmup_tokens": runtime.warmup_tokens}  # fmt: skip
-        return SmokeTask(quantize, smoke.PROMPTS, smoke.TOKENS, settings)
+        return SmokeTask(quantize, smoke.PROMPTS, smoke.TOKENS, settings, smoke.METHOD)
 
 
 def plan_target(inputs: TargetInputs, target: Target, position: int) -> TargetPlan | AutoTarget:

@@ -203,13 +203,15 @@ class ValidateTask(Task):
 
 @dataclass(frozen=True)
 class SmokeTask(Task):
-    """Greedy token ids of a few fixed prompts through the engine the box runs; `edgekit install` replays them."""
+    """A few fixed prompts' greedy continuations and their log-probabilities through the engine the box runs;
+    `edgekit install` replays them."""
 
     stage: ClassVar[Stage] = Stage.SMOKE
     artifact: QuantizeTask
     prompts: tuple[str, ...]
     tokens: int
     settings: dict[str, Any]  # engine settings besides threads (n_ctx, n_batch…): the box replays with the same
+    method: int  # what the record holds (edgekit.runtime.smoke.METHOD)
 
     @property
     def label(self) -> str:

@@ -3,8 +3,8 @@
 1. unpack into a fresh slot, streaming, after a free-space check on what the manifest lists;
 2. verify every hash and the signature against the box's trust policy;
 3. refuse a release not higher than the running one (`--allow-downgrade` to insist);
-4. smoke test: in a child process, load and warm up each artifact and decode the build's prompts greedily;
-   the token ids must be the ones recorded at build time;
+4. smoke test: in a child process, load and warm up each artifact and feed it the build's recorded prompts
+   and continuations; their log-probabilities must be within the recorded tolerance of the build's;
 5. switch `current` atomically, keep the previous slot, remove older ones beyond `keep`.
 
 Until step 5 the box runs what it ran; a kill anywhere leaves a locked partial slot that the next install
@@ -172,7 +172,7 @@ def check_release(before: Path | None, manifest: dict[str, Any], allow_downgrade
 
 
 def smoke_test(slot: Path, timeout: float) -> dict[str, Any]:
-    """Step 4, in a child process (a crash or its memory never reaches the installer): the build's greedy ids."""
+    """Step 4, in a child process (a crash or its memory never reaches the installer): the build's records."""
     artifacts = load_manifest(slot).get("artifacts", [])
     if not any((a.get("smoke") or {}).get("prompts") for a in artifacts):  # built without records: nothing to replay
         return {a["name"]: "unrecorded" for a in artifacts}
@@ -190,11 +190,7 @@ def smoke_test(slot: Path, timeout: float) -> dict[str, Any]:
 
 
 def _judge_smoke(result: dict[str, Any]) -> None:
-    mismatches = [
-        f"{name}, {d['what']} of {d['text']!r}: build machine {d['expected']}, this box {d['got']}"
-        for name, r in result["artifacts"].items()
-        for d in r.get("differences", [])
-    ]
+    mismatches = [_difference(name, d) for name, r in result["artifacts"].items() for d in r.get("differences", [])]
     if mismatches:
         raise SmokeTestError(
             "smoke test failed: this box computes differently from the build machine, so the accuracy sign-off "
@@ -205,6 +201,15 @@ def _judge_smoke(result: dict[str, Any]) -> None:
     default = result["artifacts"].get(result.get("default_artifact") or "", {})
     if default.get("status") == "skipped":
         raise MissingDependencyError(f"the runtime of the default artifact ({default['reason']})", "runtime")
+
+
+def _difference(artifact: str, d: dict[str, Any]) -> str:
+    if d["what"] == "log-probabilities":
+        got, allowed = d["got"], d["expected"]
+        return (f"{artifact}, log-probabilities of the recorded tokens: this box is {got['mean_abs']:.3g} nats "
+                f"from the build machine on average and {got['max_abs']:.3g} at most; the tolerance is "
+                f"{allowed['mean_abs']:.3g} and {allowed['max_abs']:.3g} ({allowed['source']})")  # fmt: skip
+    return f"{artifact}, {d['what']} of {d['text']!r}: build machine {d['expected']}, this box {d['got']}"
 
 
 def _record(unpacked: Unpacked, checked: Checked, smoke: dict[str, Any]) -> dict[str, Any]:

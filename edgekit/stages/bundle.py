@@ -22,8 +22,11 @@ import shutil
 import stat
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from edgekit import __version__
 from edgekit._util.fsutil import ensure_free_space, write_bytes_atomic, write_json_atomic, write_text_atomic
@@ -33,6 +36,7 @@ from edgekit.manifest import MANIFEST, SCHEMA_VERSION
 from edgekit.plan.tasks import BundleTask
 from edgekit.runtime.bench.results import BenchResult
 from edgekit.runtime.config import BOX_DIR, render_runtime_toml
+from edgekit.runtime.smoke import Tolerance
 from edgekit.ship import service
 from edgekit.signoff.gates import Verdict
 from edgekit.sources.tokenizer import TOKENIZER_FILES
@@ -92,16 +96,29 @@ def add_ship_files(
     entries: dict[str, CacheEntry],
     benches: list[BenchResult],
     default: str,
+    noise_floor: dict[str, Any] | None,
 ) -> None:
-    """What a box needs to install and serve the bundle: each artifact's smoke-test record, the systemd unit
-    (its memory limit from the largest peak any bench measured: this machine's or each [[bench.boxes]]')."""
+    """What a box needs to install and serve the bundle: each artifact's smoke-test record with its tolerance,
+    the systemd unit (its memory limit from the largest peak any bench measured: this machine's or each
+    [[bench.boxes]]')."""
     smoke = {t.name: SmokeResult.of(entries[t.smoke.key]) for t in task.targets if t.smoke is not None}
+    tolerance = asdict(smoke_tolerance(noise_floor))
     for record in records:
         record["smoke"] = smoke.get(record["name"], SmokeResult(skipped="not recorded")).to_json()
+        if record["smoke"].get("prompts"):
+            record["smoke"]["tolerance"] = tolerance
     size = next((r["size"] for r in records if r["name"] == default), 0)
     peaks = [b.peak_rss_mib(default) for b in benches] or [None]
     memory, why = max((service.memory_max_mib(peak, default, size) for peak in peaks), key=lambda m: m[0])
     write_text_atomic(tmp / service.SERVICE, service.render_unit(task.name, __version__, memory, why))
+
+
+def smoke_tolerance(noise_floor: dict[str, Any] | None) -> Tolerance:
+    """The smoke test's tolerance from the noise floor's per-token figures (`noise_floor_metrics`)."""
+    if not noise_floor or not Path(noise_floor.get("token_file", "")).is_file():
+        return Tolerance.default()
+    with np.load(noise_floor["token_file"], allow_pickle=False) as tokens:
+        return Tolerance.from_noise_floor(tokens["nll"], tokens["nll_ref"], noise_floor["dtype"])
 
 
 def stage_box_runtimes(

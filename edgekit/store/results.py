@@ -177,7 +177,8 @@ class ValidateResult(StageResult):
 
 @dataclass
 class SmokeResult(StageResult):
-    """Greedy ids of the smoke prompts on the box's engine; or why this build machine could not run it."""
+    """The smoke prompts' greedy ids and log-probabilities on the box's engine; or why this build machine could
+    not run it."""
 
     settings: dict[str, Any] | None = None
     prompts: list[dict[str, Any]] | None = None

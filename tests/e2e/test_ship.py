@@ -96,13 +96,50 @@ def shipped(default_build: BuildResult, tmp_path_factory: pytest.TempPathFactory
     return shipped
 
 
-def test_build_release_records_the_release_and_every_artifacts_greedy_ids(shipped: Shipped) -> None:
+def test_build_release_records_the_release_and_every_artifacts_smoke_record(shipped: Shipped) -> None:
     r0, r1 = (verify_bundle(shipped.bundles[n]) for n in ("r0", "r1"))
     assert (r0["release"], r1["release"]) == (0, 1)
     assert [a["smoke"] for a in r0["artifacts"]] == [a["smoke"] for a in r1["artifacts"]]  # cached, the same
     for artifact in r1["artifacts"]:
         assert len(artifact["smoke"]["prompts"]) == 3, artifact["name"]
+        assert artifact["smoke"]["tolerance"]["source"].startswith("2 × the noise floor (bfloat16 reference")
     assert "edgekit.service" in {f["path"] for f in r1["files"]}
+
+
+def _swapped(shipped: Shipped, artifact: str, other: str) -> Path:
+    """Release 2 of the bundle with `artifact`'s model file replaced by `other`'s, the manifest saying so and
+    the fleet's key signing it: what a build that bundled the wrong file would ship. Only the smoke test
+    can tell."""
+    swapped = shipped.dir / "swapped" / "smollm2-135m"
+    shutil.copytree(shipped.bundles["r1"], swapped)
+    (swapped / "model.sig").unlink()
+    manifest = json.loads((swapped / "manifest.json").read_text())
+    by_name = {a["name"]: a for a in manifest["artifacts"]}
+    target, source = by_name[artifact], by_name[other]
+    shutil.copyfile(swapped / source["path"], swapped / target["path"])
+    for record in (target, *(f for f in manifest["files"] if f["path"] == target["path"])):
+        record.update(sha256=source["sha256"], size=source["size"])
+    manifest["release"] = 2
+    (swapped / "manifest.json").write_text(json.dumps(manifest))
+    assert shipped.edgekit("sign", str(swapped), "--key", str(shipped.dir / "keys" / "fleet.key")).returncode == 0
+    return swapped
+
+
+def test_a_bundle_carrying_another_quantization_fails_the_smoke_test_and_the_box_keeps_its_release(
+    shipped: Shipped,
+) -> None:
+    def current() -> list[int]:
+        status = json.loads(shipped.edgekit("status", "--root", str(shipped.box), "--json").stdout)
+        return [s["release"] for s in status["slots"] if s["current"]]
+
+    before = current()
+    swapped = _swapped(shipped, "gguf-Q8_0", "gguf-Q4_K_M")
+    pack = json.loads(shipped.edgekit("pack", str(swapped), "-o", str(shipped.dir / "swapped"), "--json").stdout)
+    proc = shipped.edgekit("install", pack["path"], "--root", str(shipped.box))
+    assert proc.returncode == 5, proc.stderr
+    assert "gguf-Q8_0, log-probabilities of the recorded tokens" in proc.stderr, proc.stderr
+    assert "gguf-Q4_K_M, log-probabilities" not in proc.stderr and "nothing was switched" in proc.stderr
+    assert current() == before
 
 
 def test_keygen_sign_and_verify_the_default_bundle(shipped: Shipped) -> None:

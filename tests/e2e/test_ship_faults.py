@@ -91,13 +91,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_bundle: Path) -> Fleet:
     return Fleet(root, root / "keys" / "fleet.key", trust / "fleet.pub", packs, bundles, {TRUST_DIR_ENV: str(trust)})
 
 
-def test_a_build_records_the_greedy_ids_of_every_artifact(fleet: Fleet, tiny_bundle: Path) -> None:
+def test_a_build_records_the_greedy_ids_and_their_logprobs_of_every_artifact(fleet: Fleet, tiny_bundle: Path) -> None:
     manifest = verify_bundle(tiny_bundle)
     assert manifest["release"] == 0  # the recipe sets none
     smoke = manifest["artifacts"][0]["smoke"]
     assert len(smoke["prompts"]) == 3 and smoke["settings"]["max_concurrent"] == 1
     for item in smoke["prompts"]:
         assert item["prompt_ids"] and 1 <= len(item["greedy_ids"]) <= 16
+        assert len(item["logprobs"]) == len(item["greedy_ids"]) and all(v <= 0 for v in item["logprobs"])
     assert "edgekit.service" in {f["path"] for f in manifest["files"]}
     assert cli("inspect", str(fleet.bundles["r2"])).stdout.startswith("tiny release 2")
 
@@ -221,21 +222,42 @@ def test_a_pack_signed_by_a_key_the_box_does_not_trust_is_refused(fleet: Fleet, 
     assert _snapshot(box) == before
 
 
-def test_a_box_that_decodes_differently_stops_the_install_showing_both_sequences(fleet: Fleet, box: Path) -> None:
-    """A correctly signed bundle whose recorded ids this box does not reproduce: another runtime, in effect."""
+def test_a_box_that_computes_differently_stops_the_install_showing_how_far(fleet: Fleet, box: Path) -> None:
+    """A correctly signed bundle whose recorded log-probabilities this box does not reproduce: another runtime,
+    in effect (every recorded token 1 nat away, beyond the default tolerance: the tiny build has no noise floor)."""
     odd = _relabel(fleet.bundles["r2"], fleet.dir / "r4-odd" / "tiny", 4)
     manifest = json.loads((odd / "manifest.json").read_text())
-    recorded = manifest["artifacts"][0]["smoke"]["prompts"][0]["greedy_ids"]
-    recorded[-1] = (recorded[-1] + 1) % 1000
+    smoke = manifest["artifacts"][0]["smoke"]
+    assert smoke["tolerance"]["source"] == "the default: the build measured no noise floor"
+    for item in smoke["prompts"]:
+        item["logprobs"] = [value - 1.0 for value in item["logprobs"]]
     write_json_atomic(odd / "manifest.json", manifest)
     assert cli("sign", str(odd), "--key", str(fleet.key)).returncode == 0
     pack = cli("pack", str(odd), "-o", str(fleet.dir / "r4-odd.edgekit"), "--json")
     before = _snapshot(box)
     proc = fleet.install(Path(json.loads(pack.stdout)["path"]), box)
     assert proc.returncode == 5, proc.stderr
+    assert "smoke test failed" in proc.stderr and "log-probabilities of the recorded tokens" in proc.stderr
+    assert "from the build machine on average and 1 at most; the tolerance is 0.05 and 0.5" in proc.stderr
+    assert "nothing was switched" in proc.stderr and _snapshot(box) == before
+
+
+def test_a_record_of_greedy_ids_only_is_judged_by_them(fleet: Fleet, box: Path) -> None:
+    """A bundle recorded before log-probabilities were (an older edgekit): a different greedy id stops it."""
+    old = _relabel(fleet.bundles["r2"], fleet.dir / "r5-old" / "tiny", 5)
+    manifest = json.loads((old / "manifest.json").read_text())
+    for item in manifest["artifacts"][0]["smoke"]["prompts"]:
+        del item["logprobs"]
+    recorded = manifest["artifacts"][0]["smoke"]["prompts"][0]["greedy_ids"]
+    recorded[-1] = (recorded[-1] + 1) % 1000
+    write_json_atomic(old / "manifest.json", manifest)
+    assert cli("sign", str(old), "--key", str(fleet.key)).returncode == 0
+    pack = cli("pack", str(old), "-o", str(fleet.dir / "r5-old.edgekit"), "--json")
+    before = _snapshot(box)
+    proc = fleet.install(Path(json.loads(pack.stdout)["path"]), box)
+    assert proc.returncode == 5, proc.stderr
     assert "smoke test failed" in proc.stderr and f"build machine {recorded}" in proc.stderr
-    assert "this box [" in proc.stderr and "nothing was switched" in proc.stderr
-    assert _snapshot(box) == before
+    assert "this box [" in proc.stderr and _snapshot(box) == before
 
 
 def test_a_downgrade_is_refused_unless_asked(fleet: Fleet, box: Path) -> None:
