@@ -43,6 +43,13 @@ threads_option = click.option(
 )
 @click.option("--boxes", help="Benchmark on these boxes (a,b) instead of the recipe's [[bench.boxes]]; "
               "`local`: on this machine.")  # fmt: skip
+@click.option(
+    "--box-results",
+    "box_results",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help='`edgekit bench BUNDLE --json` from the target box: "fastest" ladders rank by it (repeatable).',
+)
 @json_option("build")
 @click.pass_context
 def build(
@@ -55,16 +62,20 @@ def build(
     release: int | None,
     cluster: str | None,
     boxes: str | None,
+    box_results: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Build the bundle of each RECIPE (default: the embedded SmolLM2-135M recipe); tasks they share run once."""
     from edgekit.errors import GateFailure, UsageError
     from edgekit.pipeline.build import build as run_build
     from edgekit.recipe.load import load_recipe
+    from edgekit.runtime.bench.box_results import BoxResults
 
     if len(recipes) > 1 or cluster or boxes is not None:
         from edgekit.cli.matrix import build_many
 
+        if box_results:
+            raise UsageError("--box-results ranks one recipe's ladders: give one recipe, without --cluster or --boxes")
         if as_json:
             raise UsageError("--json describes one bundle: give one recipe, without --cluster or --boxes")
         return build_many(recipes, out_dir=out_dir, cache_dir=cache_dir, threads=threads, reference_dir=reference_dir,
@@ -73,10 +84,12 @@ def build(
     if release is not None:
         loaded = loaded.with_release(release)
     cache = open_cache(cache_dir)
+    measured = BoxResults.load([Path(p) for p in box_results]) if box_results else None
     with progress_reporter() as progress:
         result = run_build(loaded, cache=cache, progress=progress, out_dir=Path(out_dir) if out_dir else None,
                            command=command_line(ctx), threads=threads,
-                           reference_dir=Path(reference_dir) if reference_dir else None)  # fmt: skip
+                           reference_dir=Path(reference_dir) if reference_dir else None,
+                           box_results=measured)  # fmt: skip
     if as_json:
         emit_json("build", _build_document(result))
     else:

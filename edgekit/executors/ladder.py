@@ -17,6 +17,7 @@ from edgekit.observe.progress import Progress
 from edgekit.plan.make import Plan, bench_over, dependency_order
 from edgekit.plan.targets import renamed
 from edgekit.plan.tasks import AutoTarget, BundleTask, TargetPlan
+from edgekit.runtime.bench.box_results import BoxResults
 from edgekit.runtime.bench.results import BenchResult
 from edgekit.signoff.gates import Check, Judgement, Verdict, judge_artifact
 from edgekit.stages import quantize
@@ -40,6 +41,8 @@ class Rung:
     bits_per_weight: float | None = None
     miss: float | None = None  # the worst relative distance of a value from its threshold (0 when it passes)
     decode_tok_s: float | None = None
+    measured_on: str | None = None  # where decode_tok_s was measured: None is this build machine
+    sha256: str | None = None  # of its model file (a single-file artifact): what box figures are matched by
 
 
 @dataclass
@@ -88,17 +91,27 @@ def run_ladder(executor: Executor, auto: AutoTarget, entries: dict[str, CacheEnt
         _judge(candidate, rung, entries)
         if auto.objective == "smallest" and rung.verdict == Verdict.PASS:
             break
-    if auto.objective == "fastest" and auto.bench is not None and any(r.verdict == Verdict.PASS for r in rungs):
-        entries.update(executor.run([auto.bench], known=entries))
-        bench = BenchResult.of(entries[auto.bench.key])
-        for rung in rungs:
-            rung.decode_tok_s = bench.figures(rung.artifact).get("decode_tok_s")
+    if auto.objective == "fastest" and any(r.verdict == Verdict.PASS for r in rungs):
+        if auto.box_results is not None:
+            _box_figures(auto.box_results, rungs)
+        elif auto.bench is not None:
+            entries.update(executor.run([auto.bench], known=entries))
+            bench = BenchResult.of(entries[auto.bench.key])
+            for rung in rungs:
+                rung.decode_tok_s = bench.figures(rung.artifact).get("decode_tok_s")
     return _decide(auto, rungs)
+
+
+def _box_figures(box_results: BoxResults, rungs: list[Rung]) -> None:
+    for rung in (r for r in rungs if r.verdict == Verdict.PASS):
+        if figure := box_results.of(rung.sha256):
+            rung.decode_tok_s, rung.measured_on = figure.decode_tok_s, f"{figure.box} ({figure.file})"
 
 
 def _judge(candidate: TargetPlan, rung: Rung, entries: dict[str, CacheEntry]) -> None:
     artifact = quantize.artifact(candidate.quantize, entries[candidate.quantize.key])
     rung.size, rung.bits_per_weight = artifact.size, artifact.details.get("bits_per_weight")
+    rung.sha256 = artifact.recorded_sha256(artifact.path) if artifact.path.is_file() else None
     if candidate.validate is None:
         return
     result = ValidateResult.of(entries[candidate.validate.key])
@@ -127,19 +140,26 @@ def _decide(auto: AutoTarget, rungs: list[Rung]) -> LadderOutcome:
                              f"Candidates: {failed}")  # fmt: skip
     timed = [i for i in passing if rungs[i].decode_tok_s]
     if auto.objective == "fastest" and timed:
-        best = max(timed, key=lambda i: (rungs[i].decode_tok_s, -i))
-        others = ", ".join(f"{rungs[i].label} {rungs[i].decode_tok_s:.1f}" for i in timed if i != best)
-        reason = (
-            f"{rungs[best].label} decodes fastest on this box of the {len(passing)} candidates that pass every "
-            f"gate: {rungs[best].decode_tok_s:.1f} tok/s" + (f" (others: {others} tok/s)" if others else "")
-        )
-        return LadderOutcome(auto.name, auto.objective, rungs, best, True, reason)
+        best = max(timed, key=lambda i: (rungs[i].decode_tok_s or 0.0, -i))
+        return LadderOutcome(auto.name, auto.objective, rungs, best, True, _fastest(rungs, passing, timed, best))
     best = passing[0]
     skipped = sum(1 for r in rungs if r.verdict == NOT_RUN)
     reason = f"{rungs[best].label} is the first candidate, cheapest first, that passes every gate"
     reason += f"; cheaper candidates failed: {failed}" if failed else ""
     reason += f"; {skipped} more expensive candidate(s) were not built" if skipped else ""
+    if auto.objective == "fastest" and auto.box_results is not None:
+        reason += (f"; none of the passing candidates' model files is in {', '.join(auto.box_results.files)}, "
+                   "so they were ranked by cost, not by the box's speed")  # fmt: skip
     return LadderOutcome(auto.name, auto.objective, rungs, best, True, reason)
+
+
+def _fastest(rungs: list[Rung], passing: list[int], timed: list[int], best: int) -> str:
+    where = f"on the box {rungs[best].measured_on}" if rungs[best].measured_on else "on this box"
+    others = ", ".join(f"{rungs[i].label} {rungs[i].decode_tok_s:.1f}" for i in timed if i != best)
+    reason = (f"{rungs[best].label} decodes fastest {where} of the {len(passing)} candidates that pass every gate: "
+              f"{rungs[best].decode_tok_s:.1f} tok/s" + (f" (others: {others} tok/s)" if others else ""))  # fmt: skip
+    unmeasured = [rungs[i].label for i in passing if i not in timed]
+    return reason + (f"; not measured there, so not ranked: {', '.join(unmeasured)}" if unmeasured else "")
 
 
 def settle(bundle: BundleTask, outcomes: dict[str, LadderOutcome]) -> BundleTask:

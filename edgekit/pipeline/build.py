@@ -33,6 +33,7 @@ from edgekit.plan.tasks import BundleTask
 from edgekit.recipe.load import Recipe
 from edgekit.report.model import ArtifactRow, Built, Validated, build_report
 from edgekit.report.render import write_reports
+from edgekit.runtime.bench.box_results import BoxResults
 from edgekit.runtime.bench.results import BenchResult
 from edgekit.signoff.gates import Verdict, counts_as_failed, judge_artifact
 from edgekit.stages import bundle, fetch, quantize
@@ -83,13 +84,15 @@ def build(
     executor: Executor | None = None,
     reference_dir: Path | None = None,
     reproduce: str | None = None,
+    box_results: BoxResults | None = None,
 ) -> BuildResult:
-    """`reference_dir`: a reference exported by `edgekit reference --export`, imported when it is the one planned."""
+    """`reference_dir`: a reference exported by `edgekit reference --export`, imported when it is the one planned;
+    `box_results`: a target box's bench figures, by which "fastest" ladders rank their candidates."""
     started = time.time()
     with build_log(cache) as log:  # planning, bundling and helper threads: the build's own log
         final = output_path(recipe, out_dir, project or Path.cwd())
         plan = make_plan(recipe, cache_root=cache.root, final=final, out_given=out_dir is not None,
-                         threads=threads, command=command, reproduce=reproduce)  # fmt: skip
+                         threads=threads, command=command, reproduce=reproduce, box_results=box_results)  # fmt: skip
         progress.log(f"plan: {len(plan.tasks) + 1} tasks ({time.time() - started:.1f} s)")
         warn_notices(progress, "plan", log)
         if reference_dir is not None:

@@ -40,6 +40,7 @@ def _rung(rung: Rung, kept: bool) -> dict[str, Any]:
         "miss": rung.miss,
         "reasons": rung.judged.reasons if rung.judged is not None else [],
         "decode_tok_s": rung.decode_tok_s,
+        "measured_on": rung.measured_on,
     }
 
 

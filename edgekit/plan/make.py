@@ -20,6 +20,7 @@ from edgekit._util.hashing import sha256_json
 from edgekit._util.versions import dist_version, tool_versions
 from edgekit.backends.base import BuildEnv
 from edgekit.backends.catalog import build_backend
+from edgekit.errors import UsageError
 from edgekit.plan.architecture import buildable_targets
 from edgekit.plan.boxes import Box, boxes_to_bench
 from edgekit.plan.calibration import calibration_source
@@ -47,6 +48,7 @@ from edgekit.recipe.load import DEFAULT_RECIPE, Recipe
 from edgekit.runtime import machine
 from edgekit.runtime.bench import peer
 from edgekit.runtime.bench.benchmark import BENCH_METHOD, BENCH_SCHEMA
+from edgekit.runtime.bench.box_results import BoxResults
 from edgekit.runtime.bench.settings import BenchSettings
 from edgekit.signoff.evaldata import EvalPlan
 from edgekit.sources.synthetic import is_synthetic
@@ -102,8 +104,10 @@ def make_plan(
     reproduce: str | None = None,
     offered_boxes: Mapping[str, Box] | None = None,
     boxes: tuple[str, ...] | None = None,
+    box_results: BoxResults | None = None,
 ) -> Plan:
-    """The plan of `recipe`. `offered_boxes`: what the cluster offers; `boxes` replaces `[[bench.boxes]]`."""
+    """The plan of `recipe`. `offered_boxes`: what the cluster offers; `boxes` replaces `[[bench.boxes]]`;
+    `box_results`: the target box's figures, by which "fastest" ladders rank their candidates."""
     threads = threads or machine.physical_cores()
     env = BuildEnv(cache_root=cache_root, llama_cpp_dir=recipe.spec.toolchain.llama_cpp_dir, threads=threads)
     preflight(recipe, final, out_given=out_given, env=env)
@@ -128,6 +132,8 @@ def make_plan(
     bench = _bench(recipe, targets) if recipe.spec.bench.enabled else None  # "fastest" ladders: on this machine
     auto = tuple(dataclasses.replace(a, bench=fastest_bench(bench, a, report)) if a.objective == "fastest" and bench
                  else a for a in auto)  # fmt: skip
+    if box_results is not None:
+        auto = _ranked_on_the_box(auto, box_results)
     bundle = BundleTask(
         name=recipe.name,
         final=str(final or ""),
@@ -147,6 +153,15 @@ def make_plan(
     )
     tasks = dependency_order(list(bundle.deps()))
     return Plan(recipe.name, recipe.path, tasks, bundle, reference, env)
+
+
+def _ranked_on_the_box(auto: tuple[AutoTarget, ...], box_results: BoxResults) -> tuple[AutoTarget, ...]:
+    """The "fastest" ladders ranked by the box's figures: their candidates are not benchmarked here."""
+    if not any(a.objective == "fastest" for a in auto):
+        raise UsageError('--box-results ranks the candidates of a ladder with objective = "fastest"; this recipe has '
+                         "none", 'add objective = "fastest" to a scheme = "auto" target, or leave it out')  # fmt: skip
+    return tuple(dataclasses.replace(a, bench=None, box_results=box_results) if a.objective == "fastest" else a
+                 for a in auto)  # fmt: skip
 
 
 def _convert(fetch: FetchTask, backend: str, versions: dict[str, Any], provenance: dict[str, str]) -> ConvertTask:

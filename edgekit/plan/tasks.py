@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from edgekit.plan.keys import KEYED_IF_SET, UNKEYED
 from edgekit.plan.task_base import Resources, Stage, Task
+from edgekit.runtime.bench.box_results import BoxResults
 from edgekit.signoff.evaldata import CalibrationSet, EvalPlan, EvalText
 from edgekit.signoff.gates import Gates
 from edgekit.sources.synthetic import SyntheticSpec
@@ -324,6 +325,7 @@ class AutoTarget:
     objective: str
     candidates: tuple[TargetPlan, ...]
     bench: BenchTask | None = None
+    box_results: BoxResults | None = None  # objective "fastest": rank by the box's figures, not by `bench`
 
 
 @dataclass(frozen=True)

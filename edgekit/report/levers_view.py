@@ -37,7 +37,13 @@ def _ladder(ladder: dict[str, Any]) -> dict[str, Any]:
         "reason": ladder["reason"],
         "rows": rows,
         "timed": any(c.get("decode_tok_s") for c in ladder["candidates"]),
+        "timed_on": _timed_on(ladder),
     }
+
+
+def _timed_on(ladder: dict[str, Any]) -> str:
+    boxes = [c["measured_on"] for c in ladder["candidates"] if c.get("measured_on")]
+    return f"on the box {boxes[0]}" if boxes else "on this build machine"
 
 
 def _side(side: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+# The ISA a CPU's /proc/cpuinfo flags reveal, by a flag only that ISA has.
+_ISA_FLAGS = {"x86_64": "sse2", "aarch64": "asimd"}
+
+
+def emulated() -> bool:
+    """This process runs under user-mode emulation (qemu-user): it sees the host's /proc/cpuinfo, whose flags
+    belong to another instruction set than the one it executes. Its timings describe the emulator."""
+    arch = platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
+    flags = cpu_flags()
+    return bool(flags) and arch in _ISA_FLAGS and _ISA_FLAGS[arch] not in flags
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as the kernel lists them (x86 `flags`, Arm `Features`), lower case."""
     try:
@@ -82,6 +94,7 @@ def describe() -> dict[str, Any]:
         "numa_nodes": len(topology.nodes),
         "memory_total_mib": round(memory_total() / 2**20),
         "system": platform.system(),
+        "emulated": emulated(),
     }
     info["fingerprint"] = fingerprint(info)
     return info

@@ -227,6 +227,89 @@ kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
     assert "decodes fastest" in ladder["reason"] and _artifact(report, "tiny-fast")["scheme"] == ladder["kept"]
 
 
+FASTEST_LADDER = f"""
+[model]
+source = "model"
+
+[[targets]]
+backend = "gguf"
+scheme = "auto"
+name = "tiny-fast"
+ladder = ["Q4_K_M", "Q8_0", "F16"]
+objective = "fastest"
+[targets.gates]
+kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
+{GATES}{VALIDATION}{TINY_BENCH}"""
+
+
+@pytest.fixture(scope="module")
+def box_bench(levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path_factory: pytest.TempPathFactory,
+              stage_cache_root: Path) -> dict:  # fmt: skip
+    """`edgekit bench BUNDLE --json` of a bundle holding the ladder's passing schemes as explicit targets, as a
+    box would measure it (here, on this machine: the test is about the matching, not the speed)."""
+    targets = "".join(f'[[targets]]\nbackend = "gguf"\nscheme = "{s}"\nrequired = false\n' for s in ("Q8_0", "F16"))
+    recipe = f'[model]\nsource = "model"\n{targets}{VALIDATION}{TINY_BENCH}'
+    result = _build(tmp_path_factory.mktemp("box-bundle") / "project", sharp_model, recipe, stage_cache_root)
+    proc = subprocess.run([sys.executable, "-m", "edgekit", "bench", str(result.bundle), "--json"],
+                          capture_output=True, text=True, timeout=600, env=cli_env(stage_cache_root))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_objective_fastest_ranks_by_the_box_results_file_and_benches_nothing_here(
+    box_bench: dict, sharp_model: Path, tmp_path: Path, stage_cache_root: Path
+) -> None:
+    from edgekit.runtime.bench.box_results import BoxResults
+    from tests.support.tiny_project import make_project
+
+    files = box_bench["bundle"]["artifact_sha256"]
+    assert set(files) == {"gguf-Q8_0", "gguf-F16"}
+    for slower, faster in (("gguf-F16", "gguf-Q8_0"), ("gguf-Q8_0", "gguf-F16")):  # the file decides, both ways
+        doc = json.loads(json.dumps(box_bench))
+        doc["artifacts"][faster]["decode_tok_s"] = 10 * doc["artifacts"][slower]["decode_tok_s"]
+        path = tmp_path / f"box-{faster}.json"
+        path.write_text(json.dumps(doc))
+        project = make_project(tmp_path / f"project-{faster}", sharp_model, FASTEST_LADDER)
+        result = build(load_recipe(project / "recipe.toml"), cache=StageCache(stage_cache_root),
+                       progress=SilentProgress(), project=project, box_results=BoxResults.load([path]))  # fmt: skip
+        (ladder,) = json.loads((result.bundle / "report.json").read_text())["ladders"]
+        kept = faster.removeprefix("gguf-")
+        assert ladder["kept"] == kept and "decodes fastest on the box x86_64" in ladder["reason"], ladder["reason"]
+        measured = {c["label"]: c["measured_on"] for c in ladder["candidates"]}
+        assert measured["Q4_K_M"] is None and str(path) in measured["Q8_0"] and str(path) in measured["F16"]
+        md = (result.bundle / "report.md").read_text()
+        assert "decode tok/s, on the box x86_64" in md
+
+
+def test_box_results_measured_under_emulation_or_without_files_are_refused(box_bench: dict, tmp_path: Path) -> None:
+    from edgekit.errors import UsageError
+    from edgekit.runtime.bench.box_results import BoxResults
+
+    emulated = json.loads(json.dumps(box_bench))
+    emulated["machine"]["emulated"] = True
+    (tmp_path / "emulated.json").write_text(json.dumps(emulated))
+    with pytest.raises(UsageError, match="measured under emulation"):
+        BoxResults.load([tmp_path / "emulated.json"])
+    anonymous = json.loads(json.dumps(box_bench))
+    del anonymous["bundle"]["artifact_sha256"]
+    (tmp_path / "anonymous.json").write_text(json.dumps(anonymous))
+    with pytest.raises(UsageError, match="does not say which model files it measured"):
+        BoxResults.load([tmp_path / "anonymous.json"])
+
+
+def test_box_results_without_a_fastest_ladder_are_refused(levers: tuple[BuildResult, dict], box_bench: dict,
+                                                          tmp_path: Path, stage_cache_root: Path) -> None:  # fmt: skip
+    from edgekit.errors import UsageError
+    from edgekit.plan.make import make_plan
+    from edgekit.runtime.bench.box_results import BoxResults
+
+    (tmp_path / "box.json").write_text(json.dumps(box_bench))
+    project = levers[0].bundle.parent.parent
+    with pytest.raises(UsageError, match='objective = "fastest"; this recipe has none'):
+        make_plan(load_recipe(project / "recipe.toml"), cache_root=stage_cache_root,
+                  box_results=BoxResults.load([tmp_path / "box.json"]))  # fmt: skip
+
+
 def test_plan_lists_every_candidate_of_the_ladder_in_order(levers: tuple[BuildResult, dict], stage_cache_root: Path
                                                           ) -> None:  # fmt: skip
     from edgekit.plan.describe import describe

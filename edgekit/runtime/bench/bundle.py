@@ -61,5 +61,6 @@ def bench_bundle(
         records = [a for a in records if a["name"] in artifacts]
     targets = [BenchTarget.from_record(info.path / a["path"], a) for a in records]
     result = Benchmark(targets, settings, log=log).run()
-    result.bundle = {"path": str(info.path), "name": info.manifest.get("name")}
+    result.bundle = {"path": str(info.path), "name": info.manifest.get("name"),
+                     "artifact_sha256": {a["name"]: a["sha256"] for a in records}}  # fmt: skip
     return result
