@@ -203,7 +203,7 @@ def stage_seconds(log: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in log.read_text(errors="replace").splitlines():
         if m := DONE_LINE.match(line.strip()):
-            out[m["stage"]] = float(m["seconds"])
+            out[m["stage"].split(" /")[0]] = float(m["seconds"])  # "fetch /path/to/model": "fetch"
     return out
 
 
@@ -250,6 +250,8 @@ def fp16_gib(model: Path) -> float:
 def table(results: dict[str, Any]) -> str:
     """The README's scale table, from the measurements."""
     names = [n for n in SIZES if n in results]
+    for n in names:  # stage labels of older runs carry the model's path: "fetch /work/scale/model-7b"
+        results[n]["build"]["stages"] = {k.split(" /")[0]: v for k, v in results[n]["build"]["stages"].items()}
     lines = ["| | " + " | ".join(f"{n.upper()} ({SIZES[n].label})" for n in names) + " |",
              "|---|" + "---|" * len(names)]  # fmt: skip
 
@@ -274,9 +276,11 @@ def table(results: dict[str, Any]) -> str:
     for scheme in SCHEMES:
         row(f"llama-perplexity {scheme} --kl-divergence",
             lambda r, s=scheme: _seconds(r["llama"][f"kld_{s}"]["seconds"]))  # fmt: skip
+    row("edgekit / llama.cpp: reference (FP32 + bf16) / F16 base", lambda r: _ratio(r, "reference", "perplexity_base"))
     for scheme in SCHEMES:
-        row(f"edgekit / llama.cpp: quantize {scheme}", lambda r, s=scheme: _ratio(r, f"quantize {s}", f"quantize_{s}"))
-        row(f"edgekit / llama.cpp: validate {scheme}", lambda r, s=scheme: _ratio(r, f"validate {s}", f"kld_{s}"))
+        quantized, validated = f"quantize gguf-{scheme}", f"validate gguf-{scheme}"
+        row(f"edgekit / llama.cpp: quantize {scheme}", lambda r, s=quantized, t=f"quantize_{scheme}": _ratio(r, s, t))
+        row(f"edgekit / llama.cpp: validate {scheme}", lambda r, s=validated, t=f"kld_{scheme}": _ratio(r, s, t))
     return "\n".join(lines) + "\n"
 
 
@@ -303,7 +307,7 @@ def _within(r: dict[str, Any]) -> str:
 
 
 def _ratio(r: dict[str, Any], stage: str, tool: str) -> str:
-    ours = next((v for k, v in r["build"]["stages"].items() if k.startswith(stage)), None)
+    ours = r["build"]["stages"].get(stage)
     theirs = r["llama"].get(tool, {}).get("seconds")
     return "–" if not ours or not theirs else f"{ours / theirs:.2f}×"
 

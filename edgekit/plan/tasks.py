@@ -219,7 +219,9 @@ class SmokeTask(Task):
         return f"smoke {self.artifact.name}"
 
     def resources(self, threads: int) -> Resources:
-        return Resources(cpus=1)
+        # One thread decodes, but a large model's smoke tasks side by side hold every model at once (a 7B's
+        # Q4_K_M and Q8_0: 12 GiB): they take the machine, so they run one at a time.
+        return Resources(cpus=sized_by_model(self.artifact.converted.checkpoint, threads).cpus)
 
 
 @dataclass(frozen=True)
