@@ -202,31 +202,6 @@ enabled = false
     assert report["ladders"][0]["passed"] is False and _artifact(report, "tiny-auto")["verdict"] == "fail"
 
 
-def test_objective_fastest_benches_the_passing_candidates(
-    levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, stage_cache_root: Path
-) -> None:
-    recipe = f"""
-[model]
-source = "model"
-
-[[targets]]
-backend = "gguf"
-scheme = "auto"
-name = "tiny-fast"
-ladder = ["Q4_K_M", "Q8_0", "F16"]
-objective = "fastest"
-[targets.gates]
-kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
-{GATES}{VALIDATION}{TINY_BENCH}"""
-    result = _build(tmp_path / "project", sharp_model, recipe, stage_cache_root)
-    report = json.loads((result.bundle / "report.json").read_text())
-    (ladder,) = report["ladders"]
-    speeds = {c["label"]: c["decode_tok_s"] for c in ladder["candidates"]}
-    assert speeds["Q4_K_M"] is None and speeds["Q8_0"] and speeds["F16"]  # only the passing ones are benched
-    assert ladder["kept"] == max(("Q8_0", "F16"), key=lambda label: speeds[label])
-    assert "decodes fastest" in ladder["reason"] and _artifact(report, "tiny-fast")["scheme"] == ladder["kept"]
-
-
 FASTEST_LADDER = f"""
 [model]
 source = "model"
@@ -240,6 +215,18 @@ objective = "fastest"
 [targets.gates]
 kld_mean_max = {KLD_BETWEEN_Q4_AND_Q8}
 {GATES}{VALIDATION}{TINY_BENCH}"""
+
+
+def test_objective_fastest_benches_the_passing_candidates(
+    levers: tuple[BuildResult, dict], sharp_model: Path, tmp_path: Path, stage_cache_root: Path
+) -> None:
+    result = _build(tmp_path / "project", sharp_model, FASTEST_LADDER, stage_cache_root)
+    report = json.loads((result.bundle / "report.json").read_text())
+    (ladder,) = report["ladders"]
+    speeds = {c["label"]: c["decode_tok_s"] for c in ladder["candidates"]}
+    assert speeds["Q4_K_M"] is None and speeds["Q8_0"] and speeds["F16"]  # only the passing ones are benched
+    assert ladder["kept"] == max(("Q8_0", "F16"), key=lambda label: speeds[label])
+    assert "decodes fastest" in ladder["reason"] and _artifact(report, "tiny-fast")["scheme"] == ladder["kept"]
 
 
 @pytest.fixture(scope="module")

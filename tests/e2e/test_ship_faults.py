@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,42 +222,50 @@ def test_a_pack_signed_by_a_key_the_box_does_not_trust_is_refused(fleet: Fleet, 
     assert _snapshot(box) == before
 
 
+def _install_edited(fleet: Fleet, box: Path, release: int, edit: Callable[[dict[str, Any]], None]
+                    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Install release `release` of the tiny bundle with `edit` applied to its smoke record, signed by the fleet's
+    key (so only the smoke test can object); the box must be left as it was."""
+    bundle = _relabel(fleet.bundles["r2"], fleet.dir / f"r{release}-edited" / "tiny", release)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    edit(manifest["artifacts"][0]["smoke"])
+    write_json_atomic(bundle / "manifest.json", manifest)
+    assert cli("sign", str(bundle), "--key", str(fleet.key)).returncode == 0
+    pack = cli("pack", str(bundle), "-o", str(fleet.dir / f"r{release}-edited.edgekit"), "--json")
+    before = _snapshot(box)
+    proc = fleet.install(Path(json.loads(pack.stdout)["path"]), box)
+    assert proc.returncode == 5 and "smoke test failed" in proc.stderr, proc.stderr
+    assert "nothing was switched" in proc.stderr and _snapshot(box) == before
+    return proc
+
+
 def test_a_box_that_computes_differently_stops_the_install_showing_how_far(fleet: Fleet, box: Path) -> None:
     """A correctly signed bundle whose recorded log-probabilities this box does not reproduce: another runtime,
     in effect (every recorded token 1 nat away, beyond the default tolerance: the tiny build has no noise floor)."""
-    odd = _relabel(fleet.bundles["r2"], fleet.dir / "r4-odd" / "tiny", 4)
-    manifest = json.loads((odd / "manifest.json").read_text())
-    smoke = manifest["artifacts"][0]["smoke"]
-    assert smoke["tolerance"]["source"] == "the default: the build measured no noise floor"
-    for item in smoke["prompts"]:
-        item["logprobs"] = [value - 1.0 for value in item["logprobs"]]
-    write_json_atomic(odd / "manifest.json", manifest)
-    assert cli("sign", str(odd), "--key", str(fleet.key)).returncode == 0
-    pack = cli("pack", str(odd), "-o", str(fleet.dir / "r4-odd.edgekit"), "--json")
-    before = _snapshot(box)
-    proc = fleet.install(Path(json.loads(pack.stdout)["path"]), box)
-    assert proc.returncode == 5, proc.stderr
-    assert "smoke test failed" in proc.stderr and "log-probabilities of the recorded tokens" in proc.stderr
+
+    def shift(smoke: dict[str, Any]) -> None:
+        assert smoke["tolerance"]["source"] == "the default: the build measured no noise floor"
+        for item in smoke["prompts"]:
+            item["logprobs"] = [value - 1.0 for value in item["logprobs"]]
+
+    proc = _install_edited(fleet, box, 4, shift)
+    assert "log-probabilities of the recorded tokens" in proc.stderr
     assert "from the build machine on average and 1 at most; the tolerance is 0.05 and 0.5" in proc.stderr
-    assert "nothing was switched" in proc.stderr and _snapshot(box) == before
 
 
 def test_a_record_of_greedy_ids_only_is_judged_by_them(fleet: Fleet, box: Path) -> None:
     """A bundle recorded before log-probabilities were (an older edgekit): a different greedy id stops it."""
-    old = _relabel(fleet.bundles["r2"], fleet.dir / "r5-old" / "tiny", 5)
-    manifest = json.loads((old / "manifest.json").read_text())
-    for item in manifest["artifacts"][0]["smoke"]["prompts"]:
-        del item["logprobs"]
-    recorded = manifest["artifacts"][0]["smoke"]["prompts"][0]["greedy_ids"]
-    recorded[-1] = (recorded[-1] + 1) % 1000
-    write_json_atomic(old / "manifest.json", manifest)
-    assert cli("sign", str(old), "--key", str(fleet.key)).returncode == 0
-    pack = cli("pack", str(old), "-o", str(fleet.dir / "r5-old.edgekit"), "--json")
-    before = _snapshot(box)
-    proc = fleet.install(Path(json.loads(pack.stdout)["path"]), box)
-    assert proc.returncode == 5, proc.stderr
-    assert "smoke test failed" in proc.stderr and f"build machine {recorded}" in proc.stderr
-    assert "this box [" in proc.stderr and _snapshot(box) == before
+    recorded: list[int] = []
+
+    def older(smoke: dict[str, Any]) -> None:
+        for item in smoke["prompts"]:
+            del item["logprobs"]
+        ids = smoke["prompts"][0]["greedy_ids"]
+        ids[-1] = (ids[-1] + 1) % 1000
+        recorded.extend(ids)
+
+    proc = _install_edited(fleet, box, 5, older)
+    assert f"build machine {recorded}" in proc.stderr and "this box [" in proc.stderr
 
 
 def test_a_downgrade_is_refused_unless_asked(fleet: Fleet, box: Path) -> None:
