@@ -27,7 +27,6 @@ class BoxFigure:
 
     decode_tok_s: float
     box: str  # the box's machine, as its bench described it
-    artifact: str  # the artifact's name in the bundle the box measured
     file: str  # the results file it came from
 
 
@@ -48,7 +47,7 @@ class BoxResults:
             for sha256, figure in _read(path).items():
                 known = figures.get(sha256)
                 if known is None or figure.decode_tok_s > known.decode_tok_s:
-                    figures[sha256] = figure  # the same file on two boxes: the faster box's (say both below)
+                    figures[sha256] = figure  # the same file measured on two boxes: the faster box's figure
         return cls(figures, tuple(str(p) for p in paths))
 
 
@@ -74,5 +73,5 @@ def _read(path: Path) -> dict[str, BoxFigure]:
     for name, sha256 in files.items():
         rate = result.figures(name).get("decode_tok_s")
         if isinstance(rate, int | float) and rate > 0:
-            out[sha256] = BoxFigure(float(rate), box, name, str(path))
+            out[sha256] = BoxFigure(float(rate), box, str(path))
     return out
