@@ -57,4 +57,16 @@ if [[ $dev == 1 ]] && ! command -v systemd-analyze >/dev/null 2>&1; then
     echo "note: install Debian's systemd package for systemd-analyze (the test of edgekit.service)" >&2
   fi
 fi
+# The fleet channels' real components, started by the tests: an OCI registry (CNCF distribution) with htpasswd
+# users, and Mender's artifact tool and client in standalone mode.
+fleet_tools=(docker-registry:docker-registry htpasswd:apache2-utils mender-artifact:mender-artifact mender:mender-client)
+missing=()
+for entry in "${fleet_tools[@]}"; do command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}"); done
+if [[ $dev == 1 && ${#missing[@]} -gt 0 ]]; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "note: install Debian's ${missing[*]} for the registry and Mender tests" >&2
+  fi
+fi
 echo "installed: $(.venv/bin/edgekit --version)"

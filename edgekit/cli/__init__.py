@@ -1,9 +1,9 @@
 """The `edgekit` command: parse, call the library, render. No pipeline logic lives here.
 
 Commands live in `build` (build, plan, reference), `bundle` (inspect, toolchain), `ship` (keygen, sign,
-verify, pack, install, status, rollback), `runtime` (run, serve, bench, tune, numa: what a box runs,
-with no build-side imports) and `system` (doctor, schema). Output rules (plain lines for pipes and CI,
-`--json`) are in `common`.
+verify, pack, install, status, rollback), `fleet` (push, pull, mender-module), `runtime` (run, serve,
+bench, tune, numa: what a box runs, with no build-side imports) and `system` (doctor, schema). Output
+rules (plain lines for pipes and CI, `--json`) are in `common`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import click
 
 from edgekit import __version__
-from edgekit.cli import agent, build, bundle, runtime, ship, system
+from edgekit.cli import agent, build, bundle, fleet, runtime, ship, system
 from edgekit.cli.errors import DEBUG_ENV, run_reporting_errors
 
 
@@ -44,7 +44,7 @@ def cli(verbose: bool, debug: bool) -> None:
     stagelog.echo(sys.stderr if verbose else None)
 
 
-for module in (build, bundle, ship, runtime, system, agent):
+for module in (build, bundle, ship, fleet, runtime, system, agent):
     for command in module.COMMANDS:
         cli.add_command(command)
 

@@ -9,7 +9,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from edgekit.cli.common import bundle_argument, console, emit_json, json_option
+from edgekit.cli.common import bundle_argument, console, emit_json, json_option, progress_reporter
+from edgekit.cli.fleet import connection, connection_options
 
 trusted_key_option = click.option(
     "--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -104,15 +105,30 @@ def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path,
     help="The pack file, or a folder (default: NAME-RELEASE.edgekit here).",
 )
 @click.option("--zstd", is_flag=True, help="Compress with zstd (deterministic; quantized weights shrink little).")
+@click.option("--mender", is_flag=True, help="Also write NAME-RELEASE.mender: the pack as a Mender artifact.")
+@click.option("--device-type", "device_types", multiple=True, metavar="TYPE",
+              help="With --mender: a device type the artifact is for (repeatable).")  # fmt: skip
 @json_option("pack")
-def pack(bundle: str, out: Path | None, zstd: bool, as_json: bool) -> None:
+def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: tuple[str, ...], as_json: bool) -> None:
     """Pack the signed BUNDLE into one deterministic file to copy to the boxes; print its sha256."""
+    from edgekit.errors import UsageError
     from edgekit.ship.pack import pack_bundle
 
+    if device_types and not mender:
+        raise UsageError("--device-type is for --mender artifacts", "add --mender, or leave --device-type out")
     packed = pack_bundle(Path(bundle), out, zstd=zstd)
+    menders = None
+    if mender:
+        from edgekit.ship.mender.artifact import write_mender
+
+        menders = write_mender(packed, device_types)
     if as_json:
-        return emit_json("pack", packed.as_dict())
+        extra = {"mender": {**menders.__dict__, "path": str(menders.path)}} if menders else {}
+        return emit_json("pack", {**packed.as_dict(), **extra})
     console.print(f"{packed.sha256}  {packed.path}", highlight=False)
+    if menders:
+        console.print(f"{menders.sha256}  {menders.path}  (Mender, for {', '.join(menders.device_types)})",
+                      highlight=False)  # fmt: skip
     zstd_note = ", zstd" if packed.zstd else ""
     console.print(
         f"[dim]{packed.name} release {packed.release}: {packed.files} files, {_mib(packed.size)}{zstd_note}; "
@@ -122,19 +138,24 @@ def pack(bundle: str, out: Path | None, zstd: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("pack_file", metavar="PACK", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("pack_file", metavar="PACK|oci://HOST/REPO:TAG", type=click.Path(dir_okay=False, allow_dash=True))
 @root_option
 @trusted_key_option
 @click.option("--allow-downgrade", is_flag=True, help="Install a release not higher than the running one.")
 @click.option("--keep", type=click.IntRange(1, 100), default=2, show_default=True, help="Slots kept after a switch.")
+@connection_options
 @json_option("install")
 def install(
-    pack_file: str, root: Path, trusted_keys: tuple[Path, ...], allow_downgrade: bool, keep: int, as_json: bool
-) -> None:
-    """Install PACK on this box: unpack, verify, smoke-test, then switch `current` atomically ('-' reads stdin)."""
+    pack_file: str, root: Path, trusted_keys: tuple[Path, ...], allow_downgrade: bool, keep: int,
+    ca_file: Path | None, insecure: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Install PACK (a file, '-' for stdin, or an OCI reference) on this box: fetch, verify, smoke-test, then
+    switch `current` atomically. From a registry, layers a slot here already holds are linked, not pulled."""
     from edgekit.ship.install import install as run_install
 
-    result = run_install(pack_file, root, trusted_keys=trusted_keys, allow_downgrade=allow_downgrade, keep=keep)
+    with progress_reporter() as progress:
+        result = run_install(pack_file, root, trusted_keys=trusted_keys, allow_downgrade=allow_downgrade, keep=keep,
+                             connection=connection(ca_file, insecure), progress=progress)  # fmt: skip
     if as_json:
         return emit_json("install", result)
     if not result["changed"]:
@@ -143,10 +164,18 @@ def install(
         )
         return
     _render_switch("installed", result)
-    console.print(f"pack sha256 {result['pack_sha256']}; smoke test: "
+    console.print(f"{_origin(result['source'])}; smoke test: "
                   + ", ".join(f"{k} {v}" for k, v in result["smoke"].items()), highlight=False)  # fmt: skip
     if result["removed"]:
         console.print(f"removed old slots: {', '.join(result['removed'])}")
+
+
+def _origin(source: dict[str, Any]) -> str:
+    if source["kind"] == "pack":
+        return f"pack sha256 {source['sha256']}"
+    moved = source["transfer"]
+    return (f"{source['digest']} from {source['reference']}: {_mib(moved['fetched'])} fetched, "
+            f"{_mib(moved['resumed'])} resumed, {_mib(moved['reused'])} reused from this box")  # fmt: skip
 
 
 def _render_switch(verb: str, result: dict[str, Any]) -> None:

@@ -22,9 +22,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.procutil import die_with_parent
@@ -37,9 +37,13 @@ from edgekit.errors import (
     TrustError,
 )
 from edgekit.manifest import load_manifest
+from edgekit.observe.progress import Progress, SilentProgress
+from edgekit.ship.fill import Fill, PackFill, RegistryFill
+from edgekit.ship.oci.client import Connection
+from edgekit.ship.oci.reference import is_reference
 from edgekit.ship.slots import InstallRoot, slot_summary
 from edgekit.ship.trust import Checked, TrustPolicy, require_policy, verify_trusted
-from edgekit.ship.unpack import Head, Unpacked, unpack
+from edgekit.ship.unpack import Head, Unpacked
 
 INSTALL_MARGIN = 32 * 2**20  # left free after an install: a box's disk is small, and logs must still fit
 SMOKE_TIMEOUT = 900
@@ -59,46 +63,54 @@ def install(
     allow_downgrade: bool = False,
     keep: int = 2,
     smoke_timeout: float = SMOKE_TIMEOUT,
+    connection: Connection | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Install the pack `source` ("-": stdin) under `root`; return what changed."""
+    """Install the pack `source` ("-": stdin) or the artifact `oci://…` under `root`; return what changed."""
     started = time.time()
     policy = require_policy(trusted_keys)
     box = InstallRoot(Path(root).absolute())
     box.ensure()
+    if is_reference(str(source)):
+        fill: Fill = RegistryFill(box, str(source), connection or Connection(), progress or SilentProgress())
+    else:
+        fill = PackFill(source)
     with box.locked():
         box.clean_abandoned()
         before = box.current()
         try:
-            result = _install_locked(box, source, policy, before, allow_downgrade, smoke_timeout)
+            result = _install_locked(box, fill, policy, before, allow_downgrade, smoke_timeout)
         except _AlreadyCurrent as done:
             return {**_describe(box, done.slot, None), "changed": False, "seconds": time.time() - started}
         result["removed"] = cleanup_slots(box, keep)
+        fill.done()
     return {**result, "changed": True, "seconds": time.time() - started}
 
 
 def _install_locked(
-    box: InstallRoot, source: Path | str, policy: TrustPolicy, before: Path | None, allow: bool, timeout: float
+    box: InstallRoot, fill: Fill, policy: TrustPolicy, before: Path | None, allow: bool, timeout: float
 ) -> dict[str, Any]:
     holder: list[tuple[Path, int]] = []  # the partial slot and the descriptor that holds its lock
 
-    def prepare(head: Head) -> Path:
+    def prepare(head: Head, needed: int | None = None) -> Path:
         slot = box.slot_for(head.manifest["name"], head.manifest.get("release", 0),
                             hashlib.sha256(head.manifest_bytes).hexdigest())  # fmt: skip
         if slot == before:
             raise _AlreadyCurrent(slot)
-        ensure_free_space(box.slots, head.total_bytes, margin=INSTALL_MARGIN, hint=DISK_HINT)
+        ensure_free_space(box.slots, head.total_bytes if needed is None else needed, margin=INSTALL_MARGIN,
+                          hint=DISK_HINT)  # fmt: skip
         holder.append(box.new_partial(slot))
         return holder[0][0]
 
     try:
-        unpacked = _unpack_or_full(box, source, prepare)
+        unpacked = _filled_or_full(box, fill, prepare)
         partial = unpacked.path
-        checked = _verified(partial, policy, "stdin" if str(source) == "-" else str(source))
+        checked = _verified(partial, policy, fill.label)
         check_release(before, checked.manifest, allow)
         smoke = smoke_test(partial, timeout)
         slot = box.slot_for(checked.manifest["name"], checked.manifest.get("release", 0),
                             hashlib.sha256(unpacked.head.manifest_bytes).hexdigest())  # fmt: skip
-        record = _record(unpacked, checked, smoke)
+        record = _record(fill.origin(unpacked), checked, smoke)
         _commit(box, partial, slot, record)
         box.switch(slot)
         box.record_switch(slot, "install", record["release"])
@@ -111,38 +123,17 @@ def _install_locked(
     finally:
         if holder:
             os.close(holder[0][1])
-    return {**_describe(box, slot, before), "pack_sha256": unpacked.sha256, "smoke": smoke}
+    return {**_describe(box, slot, before), "source": record["source"], "pack_sha256": record["pack_sha256"],
+            "smoke": smoke}  # fmt: skip
 
 
-def unpack_pack(source: Path | str, prepare: Any) -> Unpacked:
-    """Step 1: stream the pack into the slot `prepare` makes once it has read the manifest."""
-    label = "stdin" if str(source) == "-" else str(source)
-    with _opened(source) as raw:
-        return unpack(raw, label, prepare)
-
-
-def _unpack_or_full(box: InstallRoot, source: Path | str, prepare: Any) -> Unpacked:
+def _filled_or_full(box: InstallRoot, fill: Fill, prepare: Any) -> Unpacked:
     try:
-        return unpack_pack(source, prepare)
+        return fill.fill(prepare)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         raise DiskFullError(f"{box.slots}: the disk filled up while unpacking ({exc.strerror})", DISK_HINT) from None
-
-
-@contextlib.contextmanager
-def _opened(source: Path | str) -> Iterator[IO[bytes]]:
-    if str(source) == "-":
-        yield sys.stdin.buffer
-        return
-    try:
-        f = open(source, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        from edgekit.errors import UsageError
-
-        raise UsageError(f"cannot read the pack {source}: {exc.strerror}", "check the path") from None
-    with f:
-        yield f
 
 
 def _verified(partial: Path, policy: TrustPolicy, label: str) -> Checked:
@@ -150,7 +141,7 @@ def _verified(partial: Path, policy: TrustPolicy, label: str) -> Checked:
         return verify_slot(partial, policy)
     except TrustError as exc:  # name the pack, not the temp folder it was unpacked into
         message = exc.message.replace(str(partial), "its bundle")
-        raise exc.reworded(f"pack {label}: {message}; nothing was installed") from None
+        raise exc.reworded(f"{label}: {message}; nothing was installed") from None
 
 
 def verify_slot(slot: Path, policy: TrustPolicy) -> Checked:
@@ -212,12 +203,13 @@ def _difference(artifact: str, d: dict[str, Any]) -> str:
     return f"{artifact}, {d['what']} of {d['text']!r}: build machine {d['expected']}, this box {d['got']}"
 
 
-def _record(unpacked: Unpacked, checked: Checked, smoke: dict[str, Any]) -> dict[str, Any]:
+def _record(origin: dict[str, Any], checked: Checked, smoke: dict[str, Any]) -> dict[str, Any]:
     manifest = checked.manifest
     return {
         "name": manifest["name"],
         "release": int(manifest.get("release", 0)),
-        "pack_sha256": unpacked.sha256,
+        "source": origin,
+        "pack_sha256": origin.get("sha256"),
         "signed_by": str(Path(checked.signed_by).absolute()) if checked.signed_by else None,
         "installed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "smoke": smoke,

@@ -76,8 +76,8 @@ def unpack(raw: IO[bytes], label: str, prepare: Callable[[Head], Path]) -> Unpac
             members = iter(tar)
             head = _head(tar, members, label)
             dest = prepare(head)
-            _write(dest / SIGNATURE, iter([head.signature]), 0o644)
-            _write(dest / MANIFEST, iter([head.manifest_bytes]), 0o644)
+            write_file(dest / SIGNATURE, iter([head.signature]), 0o644)
+            write_file(dest / MANIFEST, iter([head.manifest_bytes]), 0o644)
             seen = _extract_all(tar, members, head.listed, dest, label)
         _trailer(data, label)
     except (tarfile.TarError, EOFError) as exc:
@@ -94,6 +94,11 @@ def unpack(raw: IO[bytes], label: str, prepare: Callable[[Head], Path]) -> Unpac
 def _head(tar: tarfile.TarFile, members: Iterator[tarfile.TarInfo], label: str) -> Head:
     signature = _small(tar, next(members, None), SIGNATURE, SIGNATURE_MAX, label)
     manifest_bytes = _small(tar, next(members, None), MANIFEST, MANIFEST_MAX, label)
+    return parse_head(signature, manifest_bytes, label)
+
+
+def parse_head(signature: bytes, manifest_bytes: bytes, label: str) -> Head:
+    """The signature and manifest as they arrived, checked for shape (not trust: that comes after the files)."""
     try:
         manifest = json.loads(manifest_bytes)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -132,13 +137,13 @@ def _extract_all(
 ) -> set[str]:
     seen: set[str] = set()
     for member in members:
-        record = _check_member(member, listed, seen, label)
+        record = check_member(member, listed, seen, label)
         extract_member(tar, member, record, dest, label)
         seen.add(member.name)
     return seen
 
 
-def _check_member(
+def check_member(
     member: tarfile.TarInfo, listed: dict[str, dict[str, Any]], seen: set[str], label: str
 ) -> dict[str, Any]:
     name = member.name
@@ -171,12 +176,12 @@ def extract_member(
             digest.update(chunk)
             yield chunk
 
-    _write(dest / member.name, chunks(), 0o755 if member.mode & 0o100 else 0o644)
+    write_file(dest / member.name, chunks(), 0o755 if member.mode & 0o100 else 0o644)
     if digest.hexdigest() != record["sha256"]:
         raise PackError(label, f"{member.name}: sha256 differs from its manifest (a changed byte)")
 
 
-def _write(path: Path, chunks: Iterator[bytes], mode: int) -> None:
+def write_file(path: Path, chunks: Iterator[bytes], mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "wb") as out:
