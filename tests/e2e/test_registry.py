@@ -320,18 +320,43 @@ def test_pull_writes_a_pack_an_air_gapped_box_installs(road: Road, releases: Rel
     assert installed["source"] == {"kind": "pack", "path": pulled["path"], "sha256": pulled["sha256"]}
 
 
-def test_a_disk_without_room_for_the_layers_is_refused_before_the_pull(
-    road: Road, releases: Releases, tmp_path: Path
-) -> None:
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 700 MiB filesystem (tmpfs; mounting needs root): room for the default bundle once."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    size = 64 * 2**20  # room for the manifest and the signature, not for the models
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700m", "tmpfs", str(mount)],
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 0, f"mounting a tmpfs needs root (CAP_SYS_ADMIN): {proc.stderr}"
     try:
-        refused = _install(road, releases, "r0", mount / "box")
-        assert refused.returncode == 3 and "not enough disk space" in refused.stderr, refused.stderr
-        assert not [p for p in (mount / "box" / "slots").rglob("*") if p.is_file()]
+        yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_refused_before_the_pull_and_a_disk_filling_midway_leaves_nothing(
+    road: Road, releases: Releases, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box, ballast = small_disk / "box", small_disk / "ballast"
+    ballast.write_bytes(b"\0" * 300 * 2**20)  # now the layers do not fit
+    refused = _install(road, releases, "r0", box)
+    assert refused.returncode == 3 and "not enough disk space" in refused.stderr, refused.stderr
+    assert not [p for p in (box / "slots").rglob("*") if p.is_file()]
+    ballast.unlink()
+
+    # The check passes, then something else fills the disk (the seam: right after the check, in this process).
+    from edgekit.ship import install
+
+    checked = install.ensure_free_space
+
+    def then_fill(path: Path, needed: int, **kw: Any) -> None:
+        checked(path, needed, **kw)
+        ballast.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 50 * 2**20))
+
+    monkeypatch.setattr(install, "ensure_free_space", then_fill)
+    filled = _install(road, releases, "r0", box)
+    assert filled.returncode == 3 and "the disk filled up while unpacking" in filled.stderr, filled.stderr
+    assert "nothing was installed" in filled.stderr and _status(box, releases.env)["slots"] == []
+    ballast.unlink()
+    monkeypatch.undo()
+    assert _install(road, releases, "r0", box).returncode == 0  # room again: it resumes and goes through
