@@ -4,7 +4,8 @@ that transfers kilobytes, and the faults of the road between (a proxy that cuts,
 kill mid-pull, an unknown tag, a manifest missing a layer, an untrusted key, a full disk).
 
 distribution's htpasswd has no per-user rights: "ci" pushes and the boxes pull as "box", each with its own
-password, but the registry would let "box" push too (Harbor, GHCR and ECR scope tokens per user).
+password, but that registry would let "box" push too. The last test puts a token server in front (the Bearer
+protocol of GHCR, Harbor and ECR), which grants "box" pull only: there its push is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from edgekit.pipeline.build import BuildResult
 from edgekit.ship.trust import TRUST_DIR_ENV
 from tests.support.cli_in_process import run_cli as cli
 from tests.support.processes import wait_until
-from tests.support.registry import Fault, Proxy, Registry, running_registry
+from tests.support.registry import Fault, Proxy, Registry, TokenServer, running_registry
 from tests.support.stage_cache import linked_copy
 
 USERS = {"ci": "ci-secret", "box": "box-secret"}
@@ -360,3 +361,29 @@ def test_a_full_disk_is_refused_before_the_pull_and_a_disk_filling_midway_leaves
     ballast.unlink()
     monkeypatch.undo()
     assert _install(road, releases, "r0", box).returncode == 0  # room again: it resumes and goes through
+
+
+# --- Bearer tokens with per-user rights (GHCR, Harbor and ECR work this way) -----------------------------------
+
+
+def test_bearer_tokens_let_ci_push_and_boxes_only_pull(releases: Releases, tmp_path: Path) -> None:
+    tokens = TokenServer(tmp_path / "tokens", {"ci": (USERS["ci"], {"pull", "push"}),
+                                               "box": (USERS["box"], {"pull"})})  # fmt: skip
+    try:
+        with running_registry(tmp_path / "token-registry", tokens=tokens) as registry:
+            ref = f"oci://{registry.host}/fleet/smollm2:stable"
+            as_ci = {"EDGEKIT_REGISTRY_USER": "ci", "EDGEKIT_REGISTRY_PASSWORD": USERS["ci"]}
+            as_box = {"EDGEKIT_REGISTRY_USER": "box", "EDGEKIT_REGISTRY_PASSWORD": USERS["box"]}
+            pushed = _json(cli("push", str(releases.bundles["r0"]), ref, "--insecure", "--json", env=as_ci))
+            refused = cli("push", str(releases.bundles["r1"]), ref.replace("stable", "r1"), "--insecure", env=as_box)
+            assert refused.returncode == 4 and "refused the credentials of 'box'" in refused.stderr, refused.stderr
+            assert "for pull,push on fleet/smollm2" in refused.stderr
+            installed = _json(cli("install", ref, "--root", str(tmp_path / "box"), "--insecure", "--json",
+                                  env={**releases.env, **as_box}))  # type: ignore[arg-type]  # fmt: skip
+            assert installed["source"]["digest"] == pushed["digest"]
+            anonymous = cli("install", ref, "--root", str(tmp_path / "box2"), "--insecure",
+                            env={**releases.env, "DOCKER_CONFIG": str(tmp_path / "none")})  # type: ignore[arg-type]  # fmt: skip
+            assert anonymous.returncode == 4 and "asks for credentials" in anonymous.stderr
+            assert ("box", "pull") in tokens.issued and ("ci", "pull,push") in tokens.issued
+    finally:
+        tokens.close()

@@ -73,8 +73,11 @@ def _tls(folder: Path) -> tuple[Path, Path, Path]:
 
 
 @contextlib.contextmanager
-def running_registry(folder: Path, *, tls: bool = False, users: dict[str, str] | None = None) -> Iterator[Registry]:
-    """`docker-registry serve` on a free loopback port; with `users`, htpasswd basic auth (TLS then required)."""
+def running_registry(
+    folder: Path, *, tls: bool = False, users: dict[str, str] | None = None, tokens: TokenServer | None = None
+) -> Iterator[Registry]:
+    """`docker-registry serve` on a free loopback port; with `users`, htpasswd basic auth; with `tokens`, Bearer
+    tokens from that server (the way GHCR, Harbor and ECR authenticate)."""
     binary = shutil.which("docker-registry")
     assert binary, "Debian's docker-registry is not installed: scripts/install.sh --dev installs it (as root)"
     folder.mkdir(parents=True, exist_ok=True)
@@ -92,6 +95,9 @@ def running_registry(folder: Path, *, tls: bool = False, users: dict[str, str] |
                                                    capture_output=True, text=True).stdout.strip() + "\n"
                                     for user, password in users.items()))  # fmt: skip
         lines += ["auth:", "  htpasswd:", "    realm: edgekit-test", f"    path: {htpasswd}"]
+    if tokens:
+        lines += ["auth:", "  token:", f"    realm: {tokens.realm}", f"    service: {tokens.service}",
+                  f"    issuer: {tokens.issuer}", f"    rootcertbundle: {tokens.certificate}"]  # fmt: skip
     (folder / "config.yml").write_text("\n".join(lines) + "\n")
     log = open(folder / "registry.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen([binary, "serve", str(folder / "config.yml")], stdout=log, stderr=log)
@@ -198,3 +204,99 @@ class Proxy:
                     return
             handler.wfile.write(chunk)
             sent += len(chunk)
+
+
+# --- a token server, as GHCR, Harbor and ECR have -------------------------------------------------------------
+
+
+class TokenServer:
+    """The distribution token protocol: GET /token?service=…&scope=repository:NAME:ACTIONS with Basic auth answers
+    a JWT (ES256, its certificate in x5c) granting the actions `rights` gives that user, nothing to others."""
+
+    service, issuer = "edgekit-test-registry", "edgekit-test-issuer"
+
+    def __init__(self, folder: Path, rights: dict[str, tuple[str, set[str]]]) -> None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.rights = rights  # user → (password, actions)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgekit test token issuer")])
+        self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(self.key.public_key())
+                     .serial_number(3).not_valid_before(now - datetime.timedelta(minutes=5))
+                     .not_valid_after(now + datetime.timedelta(days=1))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .sign(self.key, hashes.SHA256()))  # fmt: skip
+        self.certificate = folder / "token-issuer.pem"
+        self.certificate.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+        self.issued: list[tuple[str, str]] = []  # (user, actions granted)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.answer(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        import base64
+        import json
+        from urllib.parse import parse_qs, urlparse
+
+        query = parse_qs(urlparse(handler.path).query)
+        user, _, password = (
+            base64.b64decode((handler.headers.get("Authorization") or "Basic ").split(" ", 1)[1] or b"")
+            .decode()
+            .partition(":")
+        )
+        if user not in self.rights or self.rights[user][0] != password:
+            handler.send_response(401)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        access = []
+        for scope in query.get("scope", []):
+            kind, name, actions = scope.split(":")
+            granted = sorted(set(actions.split(",")) & self.rights[user][1])
+            access.append({"type": kind, "name": name, "actions": granted})
+            self.issued.append((user, ",".join(granted)))
+        body = json.dumps({"token": self._jwt(user, access)}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def _jwt(self, user: str, access: list[dict[str, object]]) -> str:
+        import base64
+        import json
+
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        now = int(time.time())
+        x5c = [base64.b64encode(self.cert.public_bytes(serialization.Encoding.DER)).decode()]
+        header = {"typ": "JWT", "alg": "ES256", "x5c": x5c}
+        claims = {"iss": self.issuer, "sub": user, "aud": self.service, "exp": now + 300, "nbf": now - 10,
+                  "iat": now, "jti": f"{user}-{now}-{len(self.issued)}", "access": access}  # fmt: skip
+        signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+        r, s = decode_dss_signature(self.key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
+        return f"{signing_input}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"

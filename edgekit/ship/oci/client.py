@@ -53,7 +53,6 @@ class Registry:
         # per request, not on the session: requests lets $REQUESTS_CA_BUNDLE override a session's `verify`
         self.verify: str | bool = str(connection.ca_file) if connection.ca_file else True
         self.session.headers["User-Agent"] = "edgekit"
-        self._authenticated = False
 
     # --- manifests ---------------------------------------------------------------------------------------------
 
@@ -104,7 +103,7 @@ class Registry:
         url = path if path.startswith(("http://", "https://")) else self.base + path
         try:
             response = self.session.request(method, url, timeout=TIMEOUT, verify=self.verify, **kw)
-            if response.status_code == 401 and not self._authenticated:
+            if response.status_code == 401:  # no credentials sent yet, or a token that expired: once more
                 self._authenticate(response.headers.get("WWW-Authenticate", ""))
                 if hasattr(kw.get("data"), "seek"):
                     kw["data"].seek(0)  # a file being uploaded is sent again from its start
@@ -119,7 +118,6 @@ class Registry:
         return response
 
     def _authenticate(self, challenge: str) -> None:
-        self._authenticated = True
         if self.credentials is None:
             raise RegistryAuthError(f"{self.ref.host} asks for credentials and none were given",
                                     f"log in (docker login {self.ref.host}) or set EDGEKIT_REGISTRY_USER and "
@@ -148,7 +146,8 @@ class Registry:
     def _auth_refused(self) -> RegistryAuthError:
         who = self.credentials
         return RegistryAuthError(
-            f"{self.ref.host} refused the credentials of {who.user!r} (from {who.source})" if who else
+            f"{self.ref.host} refused the credentials of {who.user!r} (from {who.source}) for "
+            f"{self.scope.rsplit(':', 1)[-1]} on {self.ref.repository}" if who else
             f"{self.ref.host} refused anonymous access",
             "check the user and password (docker login, or EDGEKIT_REGISTRY_USER/_PASSWORD); nothing was changed",
         )  # fmt: skip
