@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a build costs at the sizes users ship: 1B, 3B and 7B random-weight checkpoints, beside llama.cpp's tools.
 
-    scripts/scale.py --work /work/scale [--sizes 1b 3b 7b] [--readme README.md] [--table FILE] [--table-only]
+    scripts/scale.py --work /work/scale [--sizes 1b 3b 7b] [--readme docs/measurements.md] [--table FILE] [--table-only]
 
 For each size it writes (once) a random-weight HF folder in the architecture's shape, with SmolLM2's real
 tokenizer (so the vocabulary is 49,152 tokens, not the original model's):
@@ -318,7 +318,11 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--table", type=Path, help="write the Markdown table here")
-    parser.add_argument("--readme", type=Path, help="replace the table between the scale-table markers of this file")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="replace the table between the scale-table markers of this file (docs/measurements.md)",
+    )
     parser.add_argument("--table-only", action="store_true", help="build nothing: the table from --work's scale.json")
     parser.add_argument("--keep", action="store_true", help="keep each size's cache and output (disk!)")
     args = parser.parse_args()
@@ -350,7 +354,7 @@ def main() -> None:
 
 
 def replace_between_markers(path: Path, text: str) -> None:
-    """The table in `path` (README.md), between its `<!-- scale-table -->` and `<!-- /scale-table -->` lines."""
+    """The table in `path` (docs/measurements.md), between its scale-table markers."""
     start, end = "<!-- scale-table -->", "<!-- /scale-table -->"
     body = path.read_text()
     if start not in body or end not in body:
