@@ -116,12 +116,12 @@ def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: 
 
     if device_types and not mender:
         raise UsageError("--device-type is for --mender artifacts", "add --mender, or leave --device-type out")
-    packed = pack_bundle(Path(bundle), out, zstd=zstd)
-    menders = None
     if mender:
-        from edgekit.ship.mender.artifact import write_mender
+        from edgekit.ship.mender.artifact import check_mender, write_mender
 
-        menders = write_mender(packed, device_types)
+        check_mender(device_types)
+    packed = pack_bundle(Path(bundle), out, zstd=zstd)
+    menders = write_mender(packed, device_types) if mender else None
     if as_json:
         extra = {"mender": {**menders.__dict__, "path": str(menders.path)}} if menders else {}
         return emit_json("pack", {**packed.as_dict(), **extra})

@@ -30,24 +30,32 @@ from edgekit._util.fsutil import ensure_free_space
 from edgekit._util.procutil import die_with_parent
 from edgekit.errors import (
     DiskFullError,
+    DiskSpaceError,
     DowngradeError,
+    EdgekitError,
     IntegrityError,
     MissingDependencyError,
     SmokeTestError,
     TrustError,
+    UsageError,
 )
 from edgekit.manifest import load_manifest
 from edgekit.observe.progress import Progress, SilentProgress
 from edgekit.ship.fill import Fill, PackFill, RegistryFill
 from edgekit.ship.oci.client import Connection
+from edgekit.ship.oci.errors import RegistryError
 from edgekit.ship.oci.reference import is_reference
 from edgekit.ship.slots import InstallRoot, slot_summary
 from edgekit.ship.trust import Checked, TrustPolicy, require_policy, verify_trusted
 from edgekit.ship.unpack import Head, Unpacked
 
+RETRYABLE = (RegistryError, DiskSpaceError, DiskFullError)  # a pull's downloads are kept for the next try
 INSTALL_MARGIN = 32 * 2**20  # left free after an install: a box's disk is small, and logs must still fit
 SMOKE_TIMEOUT = 900
-DISK_HINT = "free some space on the box or install under another --root; nothing was installed"
+DISK_HINT = (
+    "free some space on the box or install under another --root (a pull's downloads/ there can go); "
+    "nothing was installed"
+)
 
 
 class _AlreadyCurrent(Exception):
@@ -71,20 +79,30 @@ def install(
     policy = require_policy(trusted_keys)
     box = InstallRoot(Path(root).absolute())
     box.ensure()
-    if is_reference(str(source)):
-        fill: Fill = RegistryFill(box, str(source), connection or Connection(), progress or SilentProgress())
-    else:
-        fill = PackFill(source)
+    fill = _fill_for(box, source, connection, progress)
     with box.locked():
         box.clean_abandoned()
         before = box.current()
         try:
             result = _install_locked(box, fill, policy, before, allow_downgrade, smoke_timeout)
         except _AlreadyCurrent as done:
+            fill.done()
             return {**_describe(box, done.slot, None), "changed": False, "seconds": time.time() - started}
+        except EdgekitError as exc:
+            if not isinstance(exc, RETRYABLE):  # a retry would be refused again: the downloads are dead weight
+                fill.done()
+            raise
         result["removed"] = cleanup_slots(box, keep)
         fill.done()
     return {**result, "changed": True, "seconds": time.time() - started}
+
+
+def _fill_for(box: InstallRoot, source: Path | str, connection: Connection | None, progress: Progress | None) -> Fill:
+    if is_reference(str(source)):
+        return RegistryFill(box, str(source), connection or Connection(), progress or SilentProgress())
+    if connection is not None and connection != Connection():
+        raise UsageError("--ca-file and --insecure are for an oci:// reference, not a pack", "leave them out")
+    return PackFill(source)
 
 
 def _install_locked(

@@ -387,3 +387,18 @@ def test_bearer_tokens_let_ci_push_and_boxes_only_pull(releases: Releases, tmp_p
             assert ("box", "pull") in tokens.issued and ("ci", "pull,push") in tokens.issued
     finally:
         tokens.close()
+
+
+def test_a_part_that_holds_every_byte_is_used_without_asking_the_registry(
+    road: Road, releases: Releases, box_at_r0: Path, tmp_path: Path
+) -> None:
+    """A kill between a layer's last write and its rename leaves a complete .part: the next pull only hashes it."""
+    manifest = verify_bundle(releases.bundles["r0"])
+    record = max(manifest["files"], key=lambda f: f["size"])
+    box = tmp_path / "box"
+    (box / "downloads").mkdir(parents=True)
+    shutil.copyfile(box_at_r0 / "current" / record["path"], box / "downloads" / f"sha256-{record['sha256']}.part")
+    road.proxy.fault = Fault(times=0)
+    moved = _json(_install(road, releases, "r0", box))["source"]["transfer"]
+    assert moved["resumed"] == record["size"] and moved["retries"] == 0
+    assert moved["fetched"] + moved["resumed"] == moved["total"]

@@ -39,7 +39,8 @@ class MenderArtifact:
     device_types: tuple[str, ...]
 
 
-def write_mender(packed: Packed, device_types: tuple[str, ...]) -> MenderArtifact:
+def check_mender(device_types: tuple[str, ...]) -> str:
+    """Before anything is written: the tool, and device types Mender would take. Returns the tool's path."""
     tool = shutil.which("mender-artifact")
     if tool is None:
         raise MenderToolMissing("mender-artifact is not installed", "apt-get install mender-artifact")
@@ -49,6 +50,11 @@ def write_mender(packed: Packed, device_types: tuple[str, ...]) -> MenderArtifac
         if not re.fullmatch(DEVICE_TYPE, device_type):
             raise UsageError(f"{device_type!r} is not a device type", "letters, digits and . _ -, as in "
                              "/var/lib/mender/device_type")  # fmt: skip
+    return tool
+
+
+def write_mender(packed: Packed, device_types: tuple[str, ...]) -> MenderArtifact:
+    tool = check_mender(device_types)
     name = f"{packed.name}-{packed.release}"
     out = packed.path.with_suffix(".mender")
     tmp = out.with_name(f".{out.name}.tmp")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from requests import Response
@@ -84,7 +84,13 @@ class Registry:
     def upload_blob(self, data: IO[bytes] | bytes, digest: str, size: int) -> None:
         """One monolithic upload: POST for a session, then PUT the bytes with their digest."""
         started = self.request("POST", f"/v2/{self.ref.repository}/blobs/uploads/", ok=(202,))
+        if "Location" not in started.headers:
+            raise RegistryError(f"{self.ref}: the registry opened an upload without saying where (no Location)")
         location = urljoin(self.base + "/", started.headers["Location"])
+        if urlsplit(location)[:2] != urlsplit(self.base)[:2]:  # the credentials go to the registry only
+            elsewhere = urlsplit(location).netloc
+            raise RegistryError(f"{self.ref}: the registry sent the upload to another host ({elsewhere})",
+                                "push to that registry directly: credentials go to the host named only")  # fmt: skip
         location += ("&" if "?" in location else "?") + f"digest={digest}"
         self.request("PUT", location, data=data, ok=(201,),
                      headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})  # fmt: skip
@@ -129,6 +135,9 @@ class Registry:
         if scheme != "bearer":
             raise RegistryError(f"{self.ref.host} asks for {scheme or 'an unnamed'} auth, which edgekit does not speak")
         params = dict(CHALLENGE.findall(challenge))
+        if urlsplit(params.get("realm", "")).scheme != "https" and not self.base.startswith("http://"):
+            raise RegistryError(f"{self.ref.host} names an auth realm that is not HTTPS ({params.get('realm')!r})",
+                                "the password would travel in clear text: fix the registry's token realm")  # fmt: skip
         try:
             token = self.session.get(params["realm"], timeout=TIMEOUT, verify=self.verify,
                                      params={"service": params.get("service", ""), "scope": self.scope},

@@ -27,6 +27,7 @@ from typing import Any
 
 from edgekit.manifest import MANIFEST, SIGNATURE
 from edgekit.ship.oci.errors import ArtifactError
+from edgekit.ship.oci.reference import DIGEST
 
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
 CONFIG = "application/vnd.cncf.model.config.v1+json"
@@ -150,7 +151,7 @@ def parse_manifest(body: bytes, label: str) -> Pulled:
     try:
         manifest = json.loads(body)
         layers = [_layer(d) for d in manifest["layers"]]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ArtifactError(label, f"its manifest is not an OCI image manifest with layers ({exc})") from None
     if manifest.get("artifactType") != ARTIFACT_TYPE:
         raise ArtifactError(label, f"it is not a model artifact (artifactType {manifest.get('artifactType')!r}, "
@@ -172,6 +173,6 @@ def _layer(descriptor: dict[str, Any]) -> Layer:
     annotations = descriptor.get("annotations") or {}
     path = annotations.get(FILEPATH) or annotations.get(TITLE)
     digest, size = descriptor["digest"], descriptor["size"]
-    if not isinstance(path, str) or not isinstance(size, int) or not str(digest).startswith("sha256:"):
+    if not isinstance(path, str) or not isinstance(size, int) or not DIGEST.fullmatch(str(digest)):
         raise ValueError(f"layer {digest} names no file path, or has no sha256 digest and size")
     return Layer(descriptor["mediaType"], digest, size, path)

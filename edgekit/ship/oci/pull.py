@@ -137,6 +137,7 @@ def _linked(source: Path, target: Path) -> bool:
 def _link_or_copy(source: Path, target: Path) -> None:
     if not _linked(source, target):
         shutil.copyfile(source, target)
+        os.chmod(target, 0o644)
 
 
 def _unpack_small_files(tar_path: Path, head: Head, pulled: Pulled, dest: Path, label: str) -> None:
@@ -186,6 +187,8 @@ class _Blobs:
         self.transfer.resumed += offset
         self._advance(offset)
         for attempt in range(RETRIES + 1):
+            if offset == layer.size:
+                break  # every byte is here already (a kill between the last write and the rename)
             try:
                 digest, offset = self._stream(layer, part, digest, offset)
                 break
@@ -213,6 +216,7 @@ class _Blobs:
                 self.transfer.resumed -= offset
                 digest, offset, mode = hashlib.sha256(), 0, "wb"
             with open(part, mode) as out:
+                os.fchmod(out.fileno(), 0o644)  # linked into a slot the service's user reads, whatever the umask
                 for chunk in _chunks(response, layer.size - offset):
                     out.write(chunk)
                     digest.update(chunk)
