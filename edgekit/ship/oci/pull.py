@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import requests
 
@@ -182,50 +182,43 @@ class _Blobs:
             self.transfer.resumed += layer.size
             self._advance(layer.size)
             return done
-        part = done.with_suffix(".part")
-        digest, offset = _hashed(part, layer.size)
-        self.transfer.resumed += offset
-        self._advance(offset)
+        part = _Part(done.with_suffix(".part"), layer.size)
+        self.transfer.resumed += part.offset
+        self._advance(part.offset)
         for attempt in range(RETRIES + 1):
-            if offset == layer.size:
+            if part.offset == layer.size:
                 break  # every byte is here already (a kill between the last write and the rename)
             try:
-                digest, offset = self._stream(layer, part, digest, offset)
+                self._stream(layer, part)
                 break
             except STREAM_ERRORS as exc:
                 if attempt == RETRIES:
-                    offset = part.stat().st_size if part.is_file() else 0
-                    raise RegistryError(f"{self.label}: the registry stopped sending {layer.path} at byte {offset:,} "
-                                        f"of {layer.size:,} ({exc})", "run the same command again: it resumes from "
-                                        "there; the box still runs what it ran") from None  # fmt: skip
+                    raise RegistryError(f"{self.label}: the registry stopped sending {layer.path} at byte "
+                                        f"{part.offset:,} of {layer.size:,} ({exc})", "run the same command again: it "
+                                        "resumes from there; the box still runs what it ran") from None  # fmt: skip
                 self.transfer.retries += 1
                 time.sleep(BACKOFF * 2**attempt)
-                digest, offset = _hashed(part, layer.size)  # what reached the disk before the connection dropped
-        if offset != layer.size or "sha256:" + digest.hexdigest() != layer.digest:
-            part.unlink(missing_ok=True)
-            raise ArtifactError(self.label, f"layer {layer.path}: what arrived ({offset:,} bytes) does not match its "
-                                f"digest {layer.digest} (a changed byte)")  # fmt: skip
-        os.replace(part, done)
+        if part.offset != layer.size or "sha256:" + part.digest.hexdigest() != layer.digest:
+            part.path.unlink(missing_ok=True)
+            raise ArtifactError(self.label, f"layer {layer.path}: what arrived ({part.offset:,} bytes) does not match "
+                                f"its digest {layer.digest} (a changed byte)")  # fmt: skip
+        os.replace(part.path, done)
         return done
 
-    def _stream(self, layer: Layer, part: Path, digest: Any, offset: int) -> tuple[Any, int]:
-        """Append the rest of the layer to `part`; return the hash state and the bytes it now holds."""
-        with self.registry.open_blob(layer.digest, offset) as response:
-            mode = "ab"
-            if offset and response.status_code == 200:  # the registry ignored the Range: start again
-                self.transfer.resumed -= offset
-                digest, offset, mode = hashlib.sha256(), 0, "wb"
-            with open(part, mode) as out:
+    def _stream(self, layer: Layer, part: _Part) -> None:
+        """Append the rest of the layer to `part` (what reached it stays there and in its hash if this fails)."""
+        with self.registry.open_blob(layer.digest, part.offset) as response:
+            if part.offset and response.status_code == 200:  # the registry ignored the Range: start again
+                self.transfer.resumed -= part.offset
+                part.restart()
+            with open(part.path, "ab") as out:
                 os.fchmod(out.fileno(), 0o644)  # linked into a slot the service's user reads, whatever the umask
-                for chunk in _chunks(response, layer.size - offset):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    offset += len(chunk)
+                for chunk in _chunks(response, layer.size - part.offset):
+                    part.append(out, chunk)
                     self.transfer.fetched += len(chunk)
                     self._advance(len(chunk))
                 out.flush()
                 os.fsync(out.fileno())
-        return digest, offset
 
     def _advance(self, size: int) -> None:
         if self.task is not None and size:
@@ -242,13 +235,25 @@ def _chunks(response: requests.Response, limit: int) -> Iterator[bytes]:
         yield chunk
 
 
-def _hashed(part: Path, size: int) -> tuple[Any, int]:
-    """The sha256 state over what an interrupted run left in `part`, and how many bytes that is."""
-    digest = hashlib.sha256()
-    if not part.is_file() or part.stat().st_size > size:
-        part.unlink(missing_ok=True)
-        return digest, 0
-    with open(part, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest, part.stat().st_size
+class _Part:
+    """A layer's bytes so far on disk, and their sha256 state: hashed once when a run picks up what an earlier
+    one left, then kept up to date chunk by chunk (a retry continues from it, not from a re-read)."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path, self.digest, self.offset = path, hashlib.sha256(), 0
+        if not path.is_file() or path.stat().st_size > size:
+            path.unlink(missing_ok=True)
+            return
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                self.digest.update(chunk)
+                self.offset += len(chunk)
+
+    def append(self, out: IO[bytes], chunk: bytes) -> None:
+        out.write(chunk)
+        self.digest.update(chunk)
+        self.offset += len(chunk)
+
+    def restart(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.digest, self.offset = hashlib.sha256(), 0
