@@ -62,7 +62,7 @@ def pack_bundle(bundle: Path, out: Path | None = None, *, zstd: bool = False) ->
         with os.fdopen(fd, "wb") as raw:
             with _compressed(raw, zstd) as stream, tarfile.open(fileobj=stream, mode="w|", format=TAR_FORMAT) as tar:
                 for rel in members:
-                    _add(tar, bundle / rel, rel)
+                    add_member(tar, bundle / rel, rel)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)
@@ -82,7 +82,8 @@ def _target(bundle: Path, out: Path | None, name: str) -> Path:
     return target
 
 
-def _add(tar: tarfile.TarFile, path: Path, rel: str) -> None:
+def add_member(tar: tarfile.TarFile, path: Path, rel: str) -> None:
+    """`path` as member `rel`: owner 0, mtime 0, mode 644 or 755, so the same files always tar to the same bytes."""
     info = tarfile.TarInfo(rel)
     info.size = path.stat().st_size
     info.mtime = 0

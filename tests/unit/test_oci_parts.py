@@ -108,7 +108,7 @@ def test_the_same_bundle_always_makes_the_same_layers_and_manifest(tmp_path: Pat
 
     def made() -> bytes:
         layers = layers_of(bundle, manifest)
-        return image_manifest(manifest, (bundle / "manifest.json").read_bytes(), model_config(manifest, layers), layers)
+        return image_manifest(manifest, model_config(manifest, layers), layers)
 
     first = made()
     (bundle / "runtime.toml").touch()  # a new mtime: the tar does not record it
@@ -116,7 +116,7 @@ def test_the_same_bundle_always_makes_the_same_layers_and_manifest(tmp_path: Pat
     parsed = parse_manifest(first, "test")
     assert [layer.path for layer in parsed.raw_layers] == ["models/m.gguf"]
     assert parsed.raw_layers[0].media_type == WEIGHT and parsed.tar_layer.path == SMALL_FILES
-    config = json.loads(model_config(manifest, layers_of(bundle, manifest)))
+    config = json.loads(model_config(manifest, layers_of(bundle, manifest)).data or b"")
     assert config["descriptor"]["version"] == "3" and len(config["modelfs"]["diffIds"]) == 4
 
 
@@ -124,7 +124,8 @@ def test_a_manifest_that_is_not_an_edgekit_model_artifact_is_refused(tmp_path: P
     bundle = _bundle(tmp_path / "b")
     manifest = json.loads((bundle / "manifest.json").read_text())
     layers = layers_of(bundle, manifest)
-    body = json.loads(image_manifest(manifest, (bundle / "manifest.json").read_bytes(), b"{}", layers))
+    config = model_config(manifest, layers)
+    body = json.loads(image_manifest(manifest, config, layers))
     with pytest.raises(ArtifactError, match="not a model artifact"):
         parse_manifest(json.dumps({**body, "artifactType": "application/vnd.example"}).encode(), "ref")
     without_signature = {**body, "layers": [d for d in body["layers"] if "model.sig" not in json.dumps(d)]}

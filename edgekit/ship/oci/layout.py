@@ -28,6 +28,7 @@ from typing import Any
 from edgekit.manifest import MANIFEST, SIGNATURE
 from edgekit.ship.oci.errors import ArtifactError
 from edgekit.ship.oci.reference import DIGEST
+from edgekit.ship.pack import TAR_FORMAT, add_member
 
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
 CONFIG = "application/vnd.cncf.model.config.v1+json"
@@ -82,20 +83,15 @@ def _raw_type(path: str) -> str:
 
 
 def small_files_tar(bundle: Path, paths: list[str]) -> bytes:
-    """A POSIX tar of `paths`, owner 0, mtime 0, mode 644 or 755: the same files always make the same bytes."""
+    """A POSIX tar of `paths`, its members as in a pack (`edgekit.ship.pack.add_member`)."""
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=out, mode="w", format=TAR_FORMAT) as tar:
         for rel in paths:
-            path = bundle / rel
-            info = tarfile.TarInfo(rel)
-            info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = path.stat().st_size, 0, 0, 0, "", ""
-            info.mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
-            with open(path, "rb") as f:
-                tar.addfile(info, f)
+            add_member(tar, bundle / rel, rel)
     return out.getvalue()
 
 
-def model_config(manifest: dict[str, Any], layers: list[Layer]) -> bytes:
+def model_config(manifest: dict[str, Any], layers: list[Layer]) -> Layer:
     """The ModelPack config: what the model is and where it came from (the bundle manifest's provenance)."""
     source = manifest.get("source") or {}
     default = next((a for a in manifest.get("artifacts", []) if a.get("name") == manifest.get("default_artifact")),
@@ -114,21 +110,21 @@ def model_config(manifest: dict[str, Any], layers: list[Layer]) -> bytes:
         },
         "modelfs": {"type": "layers", "diffIds": [layer.digest for layer in layers]},
     }
-    return json.dumps(config, indent=2, sort_keys=True).encode()
+    return _blob(CONFIG, "config", json.dumps(config, indent=2, sort_keys=True).encode())
 
 
-def image_manifest(manifest: dict[str, Any], manifest_bytes: bytes, config: bytes, layers: list[Layer]) -> bytes:
+def image_manifest(manifest: dict[str, Any], config: Layer, layers: list[Layer]) -> bytes:
     body = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "artifactType": ARTIFACT_TYPE,
-        "config": {"mediaType": CONFIG, "digest": "sha256:" + hashlib.sha256(config).hexdigest(), "size": len(config)},
+        "config": {"mediaType": config.media_type, "digest": config.digest, "size": config.size},
         "layers": [layer.descriptor() for layer in layers],
         "annotations": {
             "org.opencontainers.image.title": manifest["name"],
             "org.opencontainers.image.version": str(int(manifest.get("release", 0))),
             "org.opencontainers.image.created": str(manifest.get("created", "")),
-            EDGEKIT_MANIFEST: hashlib.sha256(manifest_bytes).hexdigest(),
+            EDGEKIT_MANIFEST: next(layer.digest for layer in layers if layer.path == MANIFEST).removeprefix("sha256:"),
         },
     }
     return json.dumps(body, indent=2, sort_keys=True).encode()

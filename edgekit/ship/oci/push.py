@@ -6,13 +6,12 @@ goes last, so a tag never names an artifact with a missing layer.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgekit.errors import PackUnsigned, UsageError
-from edgekit.manifest import MANIFEST, SIGNATURE, verify_bundle
+from edgekit.manifest import SIGNATURE, verify_bundle
 from edgekit.observe.progress import Progress
 from edgekit.ship.oci.client import Connection, Registry
 from edgekit.ship.oci.layout import Layer, image_manifest, layers_of, model_config
@@ -47,26 +46,24 @@ def push_bundle(bundle: Path, reference: str, connection: Connection, progress: 
     layers = layers_of(bundle, manifest)
     config = model_config(manifest, layers)
     registry = Registry(ref, connection, push=True)
-    blobs = [*layers, Layer("config", "", len(config), "config", config)]
+    blobs = [*layers, config]
     uploaded = 0
     with progress.task(f"push {ref}", sum(b.size for b in blobs) / MIB, "MiB") as task:
         for blob in blobs:
             uploaded += _upload(registry, bundle, blob)
             task.advance(blob.size / MIB)
-    body = image_manifest(manifest, (bundle / MANIFEST).read_bytes(), config, layers)
+    body = image_manifest(manifest, config, layers)
     digest = registry.put_manifest(ref.target, body)
     return Pushed(str(ref.pinned(digest)), ref.target, digest, manifest["name"], int(manifest.get("release", 0)),
                   len(layers), sum(b.size for b in blobs), uploaded)  # fmt: skip
 
 
 def _upload(registry: Registry, bundle: Path, blob: Layer) -> int:
-    data = blob.data
-    digest = blob.digest or "sha256:" + hashlib.sha256(data or b"").hexdigest()
-    if registry.has_blob(digest):
+    if registry.has_blob(blob.digest):
         return 0
-    if data is not None:
-        registry.upload_blob(data, digest, blob.size)
+    if blob.data is not None:
+        registry.upload_blob(blob.data, blob.digest, blob.size)
     else:
         with open(bundle / blob.path, "rb") as f:
-            registry.upload_blob(f, digest, blob.size)
+            registry.upload_blob(f, blob.digest, blob.size)
     return blob.size
