@@ -57,6 +57,10 @@ console = Console(soft_wrap=True, **console_options(sys.stdout))
 err_console = Console(stderr=True, soft_wrap=True, **console_options(sys.stderr))
 
 
+def mib(size: int | None) -> str:
+    return "—" if size is None else f"{size / 2**20:,.1f} MiB"
+
+
 def progress_reporter() -> Any:
     """Live bars on a terminal; one plain line per stage start and end otherwise (and with --verbose, whose
     streamed library output would tear live bars). Bound to stderr as it is now, before a build routes it."""

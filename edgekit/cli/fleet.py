@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from edgekit.cli.common import bundle_argument, console, emit_json, json_option, progress_reporter
+from edgekit.cli.common import bundle_argument, console, emit_json, json_option, mib, progress_reporter
 
 
 def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,10 +30,6 @@ def connection(ca_file: Path | None, insecure: bool) -> Any:
     return Connection(ca_file=ca_file, insecure=insecure)
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2**20:,.1f} MiB"
-
-
 @click.command()
 @bundle_argument
 @click.argument("reference", metavar="oci://HOST[:PORT]/REPO:TAG")
@@ -51,8 +47,8 @@ def push(bundle: str, reference: str, ca_file: Path | None, insecure: bool, as_j
     if as_json:
         return emit_json("push", pushed.as_dict())
     console.print(f"{pushed.digest}  {reference}", highlight=False)
-    console.print(f"[dim]{pushed.name} release {pushed.release}: {pushed.layers} layers, {_mib(pushed.size)}, "
-                  f"{_mib(pushed.uploaded)} sent (the registry held the rest); pin boxes to {pushed.reference}[/]",
+    console.print(f"[dim]{pushed.name} release {pushed.release}: {pushed.layers} layers, {mib(pushed.size)}, "
+                  f"{mib(pushed.uploaded)} sent (the registry held the rest); pin boxes to {pushed.reference}[/]",
                   highlight=False)  # fmt: skip
 
 
@@ -71,7 +67,7 @@ def pull(reference: str, out: Path | None, ca_file: Path | None, insecure: bool,
         return emit_json("pull", result)
     console.print(f"{result['sha256']}  {result['path']}", highlight=False)
     console.print(f"[dim]{result['name']} release {result['release']} from {result['digest']}; "
-                  f"{_mib(result['transfer']['fetched'])} fetched[/]", highlight=False)  # fmt: skip
+                  f"{mib(result['transfer']['fetched'])} fetched[/]", highlight=False)  # fmt: skip
 
 
 @click.command("mender-module")

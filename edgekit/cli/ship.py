@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from edgekit.cli.common import bundle_argument, console, emit_json, json_option, progress_reporter
+from edgekit.cli.common import bundle_argument, console, emit_json, json_option, mib, progress_reporter
 from edgekit.cli.fleet import connection, connection_options
 
 trusted_key_option = click.option(
@@ -20,10 +20,6 @@ root_option = click.option(
     "--root", default="/var/lib/edgekit", show_default=True, type=click.Path(file_okay=False, path_type=Path),
     help="The box's install root (slots/, current, state.json).",
 )  # fmt: skip
-
-
-def _mib(size: int | None) -> str:
-    return "—" if size is None else f"{size / 2**20:,.1f} MiB"
 
 
 @click.command()
@@ -131,7 +127,7 @@ def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: 
                       highlight=False)  # fmt: skip
     zstd_note = ", zstd" if packed.zstd else ""
     console.print(
-        f"[dim]{packed.name} release {packed.release}: {packed.files} files, {_mib(packed.size)}{zstd_note}; "
+        f"[dim]{packed.name} release {packed.release}: {packed.files} files, {mib(packed.size)}{zstd_note}; "
         f"on the box: edgekit install {packed.path.name}[/]",
         highlight=False,
     )
@@ -174,14 +170,14 @@ def _origin(source: dict[str, Any]) -> str:
     if source["kind"] == "pack":
         return f"pack sha256 {source['sha256']}"
     moved = source["transfer"]
-    return (f"{source['digest']} from {source['reference']}: {_mib(moved['fetched'])} fetched, "
-            f"{_mib(moved['resumed'])} resumed, {_mib(moved['reused'])} reused from this box")  # fmt: skip
+    return (f"{source['digest']} from {source['reference']}: {mib(moved['fetched'])} fetched, "
+            f"{mib(moved['resumed'])} resumed, {mib(moved['reused'])} reused from this box")  # fmt: skip
 
 
 def _render_switch(verb: str, result: dict[str, Any]) -> None:
     before = result.get("previous") or {}
-    old = f"release {before.get('release')} ({before.get('slot')}, {_mib(before.get('size'))})" if before else "nothing"
-    new = f"release {result['release']} ({result['slot']}, {_mib(result.get('size'))})"
+    old = f"release {before.get('release')} ({before.get('slot')}, {mib(before.get('size'))})" if before else "nothing"
+    new = f"release {result['release']} ({result['slot']}, {mib(result.get('size'))})"
     console.print(f"[green]{verb}[/] {result['name']}: {old} → {new} in {result['seconds']:.1f} s", highlight=False)
     verdicts = ", ".join(f"{k} {v}" for k, v in (result.get("verdicts") or {}).items())
     console.print(f"verdicts: {verdicts}; {result['root']}/current → {result['slot']}", highlight=False)
@@ -208,7 +204,7 @@ def status(root: Path, full: bool, trusted_keys: tuple[Path, ...], as_json: bool
         mark = "[bold green]← current[/]" if s["current"] else ("(previous)" if s["previous"] else "")
         record = s.get("install") or {}
         check = s["verification"]
-        table.add_row(s["slot"], mark, str(s.get("release", "?")), _mib(s.get("size")), record.get("installed", "—"),
+        table.add_row(s["slot"], mark, str(s.get("release", "?")), mib(s.get("size")), record.get("installed", "—"),
                       Path(record["signed_by"]).name if record.get("signed_by") else "—",
                       ", ".join(f"{k} {v}" for k, v in (record.get("smoke") or {}).items()) or "—",
                       "ok" if check["state"] == "ok" else f"[red]{check['problem']}[/]")  # fmt: skip
