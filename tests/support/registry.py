@@ -14,7 +14,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -139,13 +139,10 @@ class Fault:
     seen: list[str] = field(default_factory=list)  # the Range headers of the blob GETs it served
 
 
-class Proxy:
-    """Plain HTTP on loopback in front of a plain-HTTP registry, forwarding everything, faulting on request."""
+class LoopbackServer:
+    """An HTTP/1.1 server on a free loopback port, in a thread, handing every request to `handle`."""
 
-    def __init__(self, upstream: str) -> None:
-        self.upstream, self.fault = upstream, Fault(times=0)
-        proxy = self
-
+    def __init__(self, handle: Callable[[BaseHTTPRequestHandler], None]) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -153,7 +150,7 @@ class Proxy:
                 pass
 
             def do_GET(self) -> None:
-                proxy.forward(self)
+                handle(self)
 
             do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_GET
 
@@ -165,6 +162,14 @@ class Proxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Proxy(LoopbackServer):
+    """Plain HTTP on loopback in front of a plain-HTTP registry, forwarding everything, faulting on request."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream, self.fault = upstream, Fault(times=0)
+        super().__init__(self.forward)
 
     def forward(self, handler: BaseHTTPRequestHandler) -> None:
         body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
@@ -209,7 +214,7 @@ class Proxy:
 # --- a token server, as GHCR, Harbor and ECR have -------------------------------------------------------------
 
 
-class TokenServer:
+class TokenServer(LoopbackServer):
     """The distribution token protocol: GET /token?service=…&scope=repository:NAME:ACTIONS with Basic auth answers
     a JWT (ES256, its certificate in x5c) granting the actions `rights` gives that user, nothing to others."""
 
@@ -234,23 +239,8 @@ class TokenServer:
         self.certificate = folder / "token-issuer.pem"
         self.certificate.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         self.issued: list[tuple[str, str]] = []  # (user, actions granted)
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server.answer(self)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(self.answer)
+        self.realm = f"http://{self.host}/token"
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
         import base64
