@@ -93,37 +93,55 @@ def test_pick_threads_prefers_fewer_within_tolerance() -> None:
 
 
 class _Recording:
-    """The real engine, with each start, step and finish recorded in order."""
+    """The real engine, with each start, admit (and the prompt tokens it reuses), step and finish recorded in order."""
 
     def __init__(self, engine: Any, calls: list[str]) -> None:
         self._engine, self._calls = engine, calls
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._engine, name)
-        if name not in ("start", "step", "finish"):
+        if name not in ("start", "admit", "step", "finish"):
             return attribute
 
         def recorded(*args: Any) -> Any:
-            self._calls.append(f"{name} {args[0]}" if args else name)
-            return attribute(*args)
+            result = attribute(*args)
+            reused = f" reusing {result.tokens}" if name == "admit" else ""
+            self._calls.append(f"{name} {args[0]}{reused}" if args else name)
+            return result
 
         return recorded
+
+
+def _recorded_perf(model: Path, monkeypatch: pytest.MonkeyPatch, **job: Any) -> tuple[list[str], dict[str, Any]]:
+    calls: list[str] = []
+    real_engine = worker._engine
+    monkeypatch.setattr(worker, "_engine", lambda job, **kw: _Recording(real_engine(job, **kw), calls))
+    job = {"artifact": str(model), "n_threads": 1, "n_threads_batch": 1, "n_ctx": 128, "n_batch": 32,
+           "prompt_tokens": 8, "gen_tokens": 3, "warmup_tokens": 1, "concurrency": 2, "repeats": 3, **job}  # fmt: skip
+    return calls, worker.job_perf(job)
 
 
 def test_the_perf_job_repeats_prompt_and_decode_as_llama_bench_r_does(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[str] = []
-    real_engine = worker._engine
-    monkeypatch.setattr(worker, "_engine", lambda job, **kw: _Recording(real_engine(job, **kw), calls))
-    job = {"artifact": str(tiny_model), "n_threads": 1, "n_threads_batch": 1, "n_ctx": 128, "n_batch": 32,
-           "prompt_tokens": 8, "gen_tokens": 3, "warmup_tokens": 1, "concurrency": 2, "repeats": 3}  # fmt: skip
-    result = worker.job_perf(job)
+    calls, result = _recorded_perf(tiny_model, monkeypatch)
     warm_up = ["start 0", "step", "finish 0"]
     prompts = ["start 0", "finish 0"] * 4  # an untimed prompt, then the 3 timed ones
-    decode = ["start 0", "start 1", "step", "step", "step", "finish 0", "finish 1"]  # each from its prompt
-    assert calls == warm_up + prompts + decode * 3
+    steps = ["step"] * 3
+    # Each decode starts from the prompt: prefilled once, then from the cells the finished sequences kept.
+    first = ["admit 0 reusing 0", "admit 1 reusing 0", *steps, "finish 0", "finish 1"]
+    again = ["admit 0 reusing 7", "admit 1 reusing 7", *steps, "finish 0", "finish 1"]
+    assert calls == warm_up + prompts + first + again * 2
     assert result["decode_tok_s"] == pytest.approx(2 * result["per_sequence_tok_s"])
+    assert result["ttft_ms"] > 0
+
+
+def test_a_perf_job_at_a_higher_concurrency_times_no_prompt(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, result = _recorded_perf(tiny_model, monkeypatch, time_prompt=False, repeats=1)
+    assert calls == ["start 0", "step", "finish 0", "admit 0 reusing 0", "admit 1 reusing 0", "step", "step", "step",
+                     "finish 0", "finish 1"]  # fmt: skip
+    assert "ttft_ms" not in result and "prompt_tok_s" not in result
+    assert result["decode_tok_s"] > 0
 
 
 def _perf_job(model: Path, **overrides: Any) -> dict[str, Any]:

@@ -38,7 +38,8 @@ from edgekit.runtime.bench.stats import ratio
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-BENCH_METHOD = 7  # 7: an artifact's jobs share one worker process (6: decode timed `repeats` times, as -r)
+# 8: a repeated decode starts from the prompt's kept cells, the prompt is timed at the lowest concurrency only
+BENCH_METHOD = 8  # (7: an artifact's jobs share one worker process; 6: decode timed `repeats` times, as -r)
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
 # to the rest of the box and spin less when the box is busy.
 THREAD_TOLERANCE = 0.03
@@ -319,11 +320,13 @@ class Benchmark:
                 if s.loads and gguf:
                     self._loads(target, base, got, extras[target.name]["load_skipped"])
                 for concurrency in s.concurrency:
-                    result = self._engine_job({**base, "kind": "perf", "concurrency": concurrency}, target)
+                    job = {**base, "kind": "perf", "concurrency": concurrency,
+                           "time_prompt": concurrency == min(s.concurrency)}  # fmt: skip
+                    result = self._engine_job(job, target)
                     if result is None:
                         break
                     for key in ("decode_tok_s", "per_sequence_tok_s", "peak_rss_mib", "ttft_ms", "prompt_tok_s"):
-                        got.add(("perf", str(concurrency), key), result[key])
+                        got.add(("perf", str(concurrency), key), result.get(key))
                 if target.name in self.skipped:
                     continue
                 if gguf:
