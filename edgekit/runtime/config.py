@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edgekit.errors import RuntimeConfigError
 
+# serve's default: a mixed step may last this many decode-only steps (chosen in runtime/serve/prefill_budget.py)
+MAX_STALL = 16.0
+
 RUNTIME_FILE = "runtime.toml"
 LOCAL_FILE = "runtime.local.toml"
 BOX_DIR = "runtime"
@@ -50,7 +53,7 @@ class RuntimeConfig(BaseModel):
     # "auto", as many as keep such a step within max_stall × a decode-only step, or a fixed number.
     prefix_cache: int = Field(8, ge=0, le=256)
     prefill_chunk: Annotated[int, Field(ge=1, le=65536)] | Literal["auto"] = "auto"
-    max_stall: float = Field(4.0, ge=1.1, le=100.0)
+    max_stall: float = Field(MAX_STALL, ge=1.1, le=100.0)
     derived_from: str = "recipe defaults"
     # OpenVINO and ONNX Runtime engines only; None leaves the runtime's own default (see docs/backends.md).
     num_streams: int | None = Field(None, ge=1, le=64)  # OpenVINO NUM_STREAMS

@@ -10,11 +10,27 @@ both moving averages of this server's own steps (a decode-only step; a mixed ste
 step, per prompt token in it). The streams' worst gap stays near `max_stall` × their usual gap, whatever
 the model, the box and its load; a long prompt's own first token comes later than with large chunks (the
 prefill takes more, smaller steps). A number fixes the chunk instead.
+
+MAX_STALL, the default, was chosen on scripts/bench_serve.py's mixed load (three streams decoding when a
+~1,370-token prompt arrives), edgekit ÷ llama-server within each run, medians of 3 runs on the 2-core box:
+
+    max_stall                         4       8       16
+    default bundle: long TTFT         2.75×   1.49×   0.95×
+                    streams' P99 gap  0.14×   0.21×   0.44×
+    1.07B probe:    long TTFT         2.27×           1.02×
+                    streams' P99 gap  0.12×           0.35×
+
+At 4 the small chunks cost the newcomer over twice llama-server's wait (a chunk of ~20 tokens runs the
+matrix kernels far below their batched rate, and every step also pays for a decode); at 16 its first token
+comes as soon as llama-server's while the streams' worst gap stays under half of llama-server's, which stops
+them for a whole n_batch chunk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from edgekit.runtime.config import MAX_STALL
 
 FIRST_GUESS = 8  # prompt tokens of the first mixed step, before a prompt token's cost is known
 SMOOTHING = 0.3  # weight of the newest step in the moving averages
@@ -27,7 +43,7 @@ def _moving(average: float | None, value: float) -> float:
 @dataclass
 class PrefillBudget:
     chunk: int | None  # a fixed number of prompt tokens per step; None: from the measured steps
-    max_stall: float = 4.0
+    max_stall: float = MAX_STALL
     decode_s: float | None = None  # a decode-only step
     token_s: float | None = None  # one prompt token's share of a mixed step
 

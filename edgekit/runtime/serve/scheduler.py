@@ -39,7 +39,7 @@ from edgekit.runtime.engines.base import LogprobsEngine, ServingEngine
 from edgekit.runtime.engines.prefix import Reuse
 from edgekit.runtime.serve.logprobs import OffsetCounter, TokenLogprobs, describe
 from edgekit.runtime.serve.metrics import ServeMetrics
-from edgekit.runtime.serve.prefill_budget import PrefillBudget
+from edgekit.runtime.serve.prefill_budget import MAX_STALL, PrefillBudget
 from edgekit.runtime.text.stream import TextStream
 
 log = logging.getLogger("edgekit.serve")
@@ -157,7 +157,7 @@ class Scheduler:
         max_queue: int,
         metrics: ServeMetrics,
         prefill_chunk: int | Literal["auto"] = "auto",
-        max_stall: float = 4.0,
+        max_stall: float = MAX_STALL,
     ) -> None:
         self.engine: ServingEngine = engine if isinstance(engine, ServingEngine) else _WholePrompts(engine)
         self.max_queue = max_queue
