@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,7 @@ METRICS = ("decode_tok_s", "prompt_tok_s")
 
 def _job(path: Path, settings: BenchSettings, threads: int) -> dict[str, Any]:
     target = BenchTarget(path.stem, path, "gguf", "as written")
-    # Either side may go first, so both repeat every timing `repeats` times (-r), however long one takes.
-    fixed = {"enough_timed_s": math.inf, "prompt_repeats": settings.repeats, "decode_repeats": settings.repeats}
-    return {**engine_job(settings, target, threads, threads), "kind": "perf", "concurrency": 1, **fixed}
+    return {**engine_job(settings, target, threads, threads), "kind": "perf", "concurrency": 1}
 
 
 def _pair(tool: Path, job: dict[str, Any], timeout: float, edgekit_first: bool) -> dict[str, float]:

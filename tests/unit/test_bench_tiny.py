@@ -144,15 +144,6 @@ def test_a_perf_job_at_a_higher_concurrency_times_no_prompt(tiny_model: Path, mo
     assert result["decode_tok_s"] > 0
 
 
-def test_a_timing_is_not_repeated_once_the_timed_ones_add_up_to_enough(
-    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls, result = _recorded_perf(tiny_model, monkeypatch, enough_timed_s=1e-9, concurrency=1)
-    prompts = ["start 0", "finish 0"] * 2  # the untimed prompt, then one timed
-    assert calls == ["start 0", "step", "finish 0", *prompts, "admit 0 reusing 0", "step", "step", "step", "finish 0"]
-    assert (result["prompt_repeats"], result["decode_repeats"]) == (1, 1)  # what llama-bench's -r gets in this run
-
-
 def _perf_job(model: Path, **overrides: Any) -> dict[str, Any]:
     return {"kind": "perf", "artifact": str(model), "n_threads": 1, "n_threads_batch": 1, "n_ctx": 128,
             "n_batch": 32, "prompt_tokens": 8, "gen_tokens": 2, "warmup_tokens": 1, "concurrency": 1,

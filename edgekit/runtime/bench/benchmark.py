@@ -38,9 +38,8 @@ from edgekit.runtime.bench.stats import ratio
 
 BENCH_SCHEMA = 1
 # Bumped when what a measurement does changes (not only its JSON), so cached results are not reused.
-# 9: a timing is repeated only until the repeats add up to enough_timed_s, and llama-bench gets the same -r;
 # 8: a repeated decode starts from the prompt's kept cells, the prompt is timed at the lowest concurrency only
-BENCH_METHOD = 9  # (7: an artifact's jobs share one worker process; 6: decode timed `repeats` times, as -r)
+BENCH_METHOD = 8  # (7: an artifact's jobs share one worker process; 6: decode timed `repeats` times, as -r)
 # Within this share of the best median, the smaller thread count wins: fewer threads leave cores
 # to the rest of the box and spin less when the box is busy.
 THREAD_TOLERANCE = 0.03
@@ -69,7 +68,6 @@ def engine_job(s: BenchSettings, target: BenchTarget, threads: int, threads_batc
         "gen_tokens": s.gen_tokens,
         "warmup_tokens": s.warmup_tokens,
         "repeats": s.repeats,
-        "enough_timed_s": s.enough_timed_s,
         "cpus": list(s.cpus) if s.cpus else None,
     }
 
@@ -321,21 +319,18 @@ class Benchmark:
                 self.log(f"bench  {target.name}: loads, concurrency {list(s.concurrency)}, baseline (run {run + 1})")
                 if s.loads and gguf:
                     self._loads(target, base, got, extras[target.name]["load_skipped"])
-                single: dict[str, Any] = {}
                 for concurrency in s.concurrency:
                     job = {**base, "kind": "perf", "concurrency": concurrency,
                            "time_prompt": concurrency == min(s.concurrency)}  # fmt: skip
                     result = self._engine_job(job, target)
                     if result is None:
                         break
-                    single = single or result
                     for key in ("decode_tok_s", "per_sequence_tok_s", "peak_rss_mib", "ttft_ms", "prompt_tok_s"):
                         got.add(("perf", str(concurrency), key), result.get(key))
                 if target.name in self.skipped:
                     continue
-                if gguf:  # llama-bench repeats its rows as often as edgekit's single-sequence job did
-                    repeats = {k: single[k] for k in ("prompt_repeats", "decode_repeats")}
-                    self._peer(target, {**base, **repeats}, got)
+                if gguf:
+                    self._peer(target, base, got)
                 if s.baseline and gguf:
                     result = self._job({**base, "kind": "baseline"}, target)
                     extras[target.name]["baseline_settings"] = result["settings"]

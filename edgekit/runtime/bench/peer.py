@@ -9,9 +9,8 @@ is not built, the bench says so instead of leaving the row out.
 Two invocations per run, each matching what edgekit times:
     prompt   -p PROMPT -n 0 -t n_threads_batch              PROMPT tokens from an empty context
     decode   -p 0 -n GEN -d PROMPT -t n_threads             GEN tokens after PROMPT tokens of context
-both with -b/-ub n_batch and llama-bench's own warm-up run. Each row is repeated (-r) as many times as edgekit's
-single-sequence perf job repeated that timing in the same run (`prompt_repeats`, `decode_repeats`), and both
-sides report the mean rate.
+both with -b/-ub n_batch and llama-bench's own warm-up run. Both rows are repeated `repeats` times (-r), as
+edgekit's perf job repeats its prompt and decode timings, and both sides report the mean rate.
 """
 
 from __future__ import annotations
@@ -68,10 +67,11 @@ def _run(tool: Path, args: list[str], timeout: float, repeats: int) -> dict[str,
 def measure(tool: Path, job: dict[str, Any], timeout: float) -> dict[str, Any]:
     """llama-bench's prompt and decode speed on `job`'s artifact, threads, prompt and generation lengths."""
     common = ["-m", job["artifact"], "-b", str(job["n_batch"]), "-ub", str(job["n_batch"])]
+    repeats = job.get("repeats", 1)
     prompt = _run(tool, [*common, "-p", str(job["prompt_tokens"]), "-n", "0", "-t", str(job["n_threads_batch"])],
-                  timeout, job["prompt_repeats"])  # fmt: skip
+                  timeout, repeats)  # fmt: skip
     decode = _run(tool, [*common, "-p", "0", "-n", str(job["gen_tokens"]), "-d", str(job["prompt_tokens"]),
-                         "-t", str(job["n_threads"])], timeout, job["decode_repeats"])  # fmt: skip
+                         "-t", str(job["n_threads"])], timeout, repeats)  # fmt: skip
     return {
         "prompt_tok_s": float(prompt["avg_ts"]),
         "decode_tok_s": float(decode["avg_ts"]),

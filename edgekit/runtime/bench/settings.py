@@ -41,9 +41,6 @@ class BenchSettings:
     n_batch: int = 256
     warmup_tokens: int = 4
     repeats: int = 3  # timed prompts and decodes per perf job, and llama-bench's -r, after a warm-up
-    # ... but a timing is not repeated once those timed so far add up to this: one decode of a 7B model already
-    # averages over seconds, and the runs give the medians their spread
-    enough_timed_s: float = 2.0
     load_prompt_tokens: int = 8  # the load probes time "loaded and answered a short prompt"
     cpus: tuple[int, ...] | None = None  # pin the workers to these CPUs (a NUMA node), None: as we are
     loads: bool = True

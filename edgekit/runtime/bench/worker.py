@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import resource
 import statistics
@@ -146,23 +145,17 @@ def job_load(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _more(seconds: list[float], job: dict[str, Any]) -> bool:
-    """Whether to time once more: fewer than `repeats` so far, and those not yet `enough_timed_s` in all."""
-    return len(seconds) < job.get("repeats", 1) and sum(seconds) < job.get("enough_timed_s", math.inf)
-
-
-def _timed_prompts(engine: Any, ids: list[int], job: dict[str, Any]) -> list[float]:
-    """Seconds to the first token of `ids` from an empty slot, repeated while `_more`, after one untimed prompt
-    of the same length (llama-bench's warm-up run: the first batch of a size pays for its buffers)."""
+def _timed_prompts(engine: Any, ids: list[int], runs: int) -> list[float]:
+    """Seconds to the first token of `ids`, `runs` times from an empty slot, after one untimed prompt of the
+    same length (llama-bench's warm-up run: the first batch of a size pays for its buffers)."""
     from edgekit.runtime.engines.base import Sampling
 
-    engine.start(0, ids, Sampling())
-    engine.finish(0)
-    seconds: list[float] = []
-    while not seconds or _more(seconds, job):
+    seconds = []
+    for run in range(runs + 1):
         t0 = time.perf_counter()
         engine.start(0, ids, Sampling())
-        seconds.append(time.perf_counter() - t0)
+        if run:
+            seconds.append(time.perf_counter() - t0)
         engine.finish(0)
     return seconds
 
@@ -185,10 +178,10 @@ def _prefilled(engine: Any, ids: list[int], concurrency: int) -> None:
 
 
 def _timed_decodes(engine: Any, ids: list[int], job: dict[str, Any]) -> list[float]:
-    """Seconds for `gen_tokens` steps of `concurrency` sequences that each start from `ids`, repeated while
-    `_more`. The prompts are not timed, as llama-bench's decode row (-d) does not time its depth."""
-    seconds: list[float] = []
-    while not seconds or _more(seconds, job):
+    """Seconds for `gen_tokens` steps of `concurrency` sequences that each start from `ids`, `repeats` times.
+    The prompts are not timed, as llama-bench's decode row (-d) does not time its depth."""
+    seconds = []
+    for _ in range(job.get("repeats", 1)):
         _prefilled(engine, ids, job["concurrency"])
         t0 = time.perf_counter()
         for _ in range(job["gen_tokens"]):
@@ -207,8 +200,8 @@ def job_perf(job: dict[str, Any]) -> dict[str, Any]:
     ids = prompt_ids(engine.tokenize, job["prompt_tokens"])
     prompt: dict[str, float] = {}
     if job.get("time_prompt", True):  # a prompt is one sequence's at any concurrency: timed once per run
-        ttfts = _timed_prompts(engine, ids, job)
-        prompt = {"ttft_ms": statistics.median(ttfts) * 1000, "prompt_repeats": len(ttfts),
+        ttfts = _timed_prompts(engine, ids, job.get("repeats", 1))
+        prompt = {"ttft_ms": statistics.median(ttfts) * 1000,
                   "prompt_tok_s": statistics.mean(len(ids) / t for t in ttfts)}  # fmt: skip
     decodes = _timed_decodes(engine, ids, job)
     status = memory_status()
@@ -219,7 +212,6 @@ def job_perf(job: dict[str, Any]) -> dict[str, Any]:
         **prompt,
         "decode_tok_s": job["concurrency"] * per_sequence,  # aggregate over the sequences
         "per_sequence_tok_s": per_sequence,
-        "decode_repeats": len(decodes),
         **status,
     }
 
