@@ -170,9 +170,9 @@ def _prefilled(engine: Any, ids: list[int], concurrency: int) -> None:
         for seq in range(concurrency):
             engine.start(seq, ids, Sampling())
         return
-    waiting = set(range(concurrency))
-    for seq in waiting:
+    for seq in range(concurrency):
         engine.admit(seq, ids, Sampling())
+    waiting = set(range(concurrency))
     while waiting:
         waiting -= engine.advance(len(ids) * concurrency).keys()
 

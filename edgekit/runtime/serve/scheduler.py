@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
+from edgekit.runtime.config import MAX_STALL
 from edgekit.runtime.engines import Engine, Sampling
 from edgekit.runtime.engines.base import LogprobsEngine, ServingEngine
 from edgekit.runtime.engines.prefix import Reuse
 from edgekit.runtime.serve.logprobs import OffsetCounter, TokenLogprobs, describe
 from edgekit.runtime.serve.metrics import ServeMetrics
-from edgekit.runtime.serve.prefill_budget import MAX_STALL, PrefillBudget
+from edgekit.runtime.serve.prefill_budget import PrefillBudget
 from edgekit.runtime.text.stream import TextStream
 
 log = logging.getLogger("edgekit.serve")
