@@ -60,6 +60,8 @@ class RuntimeConfig(BaseModel):
     cpu_pinning: bool | None = None  # OpenVINO ENABLE_CPU_PINNING
     scheduling_core_type: Literal["ANY_CORE", "PCORE_ONLY", "ECORE_ONLY"] | None = None  # OpenVINO, hybrid CPUs
     inference_precision: Literal["f32", "bf16", "f16"] | None = None  # OpenVINO INFERENCE_PRECISION_HINT
+    kv_cache_precision: Literal["u8", "f16", "bf16", "f32"] | None = None  # OpenVINO KV_CACHE_PRECISION
+    dynamic_quantization_group_size: int | None = Field(None, ge=0, le=65536)  # OpenVINO; 0 turns it off
     inter_op_threads: int | None = Field(None, ge=1, le=1024)  # ONNX Runtime inter_op_num_threads
     execution_mode: Literal["sequential", "parallel"] | None = None  # ONNX Runtime
     memory_arena: bool | None = None  # ONNX Runtime enable_cpu_mem_arena

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -21,19 +21,32 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(bundle: Path, log_path: Path, timeout: float = 120) -> Iterator[str]:
-    """The server's base URL once /health says ok; the server is stopped (SIGTERM) on exit."""
-    with serve_process(bundle, log_path, timeout) as (url, _):
+def live_server(bundle: Path, log_path: Path, timeout: float = 120, args: Sequence[str] = ()) -> Iterator[str]:
+    """The server's base URL once /health says ok (`args`: more `edgekit serve` options); stopped on exit."""
+    with serve_process(bundle, log_path, timeout, args) as (url, _):
         yield url
 
 
 @contextlib.contextmanager
-def serve_process(bundle: Path, log_path: Path, timeout: float = 120) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serve_process(
+    bundle: Path, log_path: Path, timeout: float = 120, args: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The server's base URL and its process once /health says ok; stopped (SIGTERM, then kill) on exit."""
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "edgekit", "serve", str(bundle), "--port", str(port), "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "edgekit",
+                "serve",
+                str(bundle),
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                *args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )

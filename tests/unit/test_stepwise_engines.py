@@ -218,6 +218,10 @@ def test_engine_settings_are_optional_runtime_config_keys() -> None:
     assert 'inference_precision = "f32"' in text and "num_streams = 1" in text
     with pytest.raises(ValueError):
         RuntimeConfig(**base, scheduling_core_type="BIG_CORES")
+    with pytest.raises(ValueError):
+        RuntimeConfig(**base, kv_cache_precision="i4")
+    with pytest.raises(ValueError):
+        RuntimeConfig(**base, dynamic_quantization_group_size=-1)
 
 
 def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
@@ -228,9 +232,11 @@ def test_openvino_and_onnxruntime_properties_from_the_config() -> None:
 
     assert compile_properties(3) == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": 3}
     props = compile_properties(2, num_streams=1, cpu_pinning=False, scheduling_core_type="PCORE_ONLY",
-                               inference_precision="f32")  # fmt: skip
+                               inference_precision="f32", kv_cache_precision="f16",
+                               dynamic_quantization_group_size=0)  # fmt: skip
     assert props["NUM_STREAMS"] == 1 and props["ENABLE_CPU_PINNING"] is False
     assert props["SCHEDULING_CORE_TYPE"] == "PCORE_ONLY" and props["INFERENCE_PRECISION_HINT"] == "f32"
+    assert props["KV_CACHE_PRECISION"] == "f16" and props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == 0
     options = session_options(2, inter_op_threads=2, execution_mode="parallel", memory_arena=False)
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 2)
     assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL and not options.enable_cpu_mem_arena

@@ -16,9 +16,16 @@ changes), and each step feeds one token per row, with per-row position ids, an a
 over each row's padding and `beam_idx` = 0…rows-1 (the IR gathers its state rows by it).
 
 Runtime properties (from runtime.toml): INFERENCE_NUM_THREADS = n_threads, PERFORMANCE_HINT =
-LATENCY, NUM_STREAMS, ENABLE_CPU_PINNING, SCHEDULING_CORE_TYPE, INFERENCE_PRECISION_HINT, and the
-Core property ENABLE_MMAP = use_mmap. Unset ones keep the CPU plugin's defaults (on a CPU with
-AVX512_BF16 or AMX that means bf16 inference; the effective values are in `engine.properties`).
+LATENCY, NUM_STREAMS, ENABLE_CPU_PINNING, SCHEDULING_CORE_TYPE, INFERENCE_PRECISION_HINT, KV_CACHE_PRECISION,
+DYNAMIC_QUANTIZATION_GROUP_SIZE, and the Core property ENABLE_MMAP = use_mmap. Unset ones keep the CPU plugin's
+defaults (on a CPU with AVX512_BF16 or AMX that means bf16 inference; a u8 KV cache; activations quantized in
+groups of 32 for compressed weights; the effective values are in `engine.properties`).
+
+Those defaults make a token's logits depend on how it was computed: a decode step (one token a row) rounds
+differently from a prompt chunk, so the logprobs `serve` reports for generated tokens differ from what
+validation scored over the whole text (docs/box.md#logprobs-and-the-engines-numerics has the figures).
+`inference_precision = "f32"`, `kv_cache_precision = "f32"` and `dynamic_quantization_group_size = 0` make
+the two agree to float rounding, at about half the prompt speed.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ def compile_properties(
     cpu_pinning: bool | None = None,
     scheduling_core_type: str | None = None,
     inference_precision: str | None = None,
+    kv_cache_precision: str | None = None,
+    dynamic_quantization_group_size: int | None = None,
 ) -> dict[str, Any]:
     """CPU plugin properties for a RuntimeConfig; None leaves the plugin's default."""
     props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": int(n_threads)}
@@ -63,6 +72,10 @@ def compile_properties(
         props["SCHEDULING_CORE_TYPE"] = scheduling_core_type
     if inference_precision is not None:
         props["INFERENCE_PRECISION_HINT"] = inference_precision
+    if kv_cache_precision is not None:
+        props["KV_CACHE_PRECISION"] = kv_cache_precision
+    if dynamic_quantization_group_size is not None:
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = int(dynamic_quantization_group_size)
     return props
 
 
@@ -107,7 +120,13 @@ class OpenVINOEngine(FolderEngine):
         self.n_threads = self.n_threads_batch = int(n_threads)
         c = self._config
         props = compile_properties(
-            n_threads, c.num_streams, c.cpu_pinning, c.scheduling_core_type, c.inference_precision
+            n_threads,
+            c.num_streams,
+            c.cpu_pinning,
+            c.scheduling_core_type,
+            c.inference_precision,
+            c.kv_cache_precision,
+            c.dynamic_quantization_group_size,
         )
         try:
             self._compiled = self._core.compile_model(self._model, "CPU", props)
