@@ -94,7 +94,8 @@ class LlamaCppEvalTokenizer:
             return None
         eos = tokenizer.eos_id
         bos = tokenizer.bos_id if tokenizer.bos_id is not None else eos
-        special = {"bos_token": tokenizer.token_text(bos) if bos is not None else "",
-                   "eos_token": tokenizer.token_text(eos) if eos is not None else ""}  # fmt: skip
+        bos_token = tokenizer.token_text(bos) if bos is not None else ""
+        eos_token = tokenizer.token_text(eos) if eos is not None else ""
         messages = [{"role": "user", "content": text}]
-        return tokenizer.tokenize(chat.render(tokenizer.chat_template, messages, add_generation_prompt=True, **special))
+        rendered = chat.render(tokenizer.chat_template, messages, bos_token=bos_token, eos_token=eos_token)
+        return tokenizer.tokenize(rendered)

@@ -34,7 +34,14 @@ def _byte_symbols() -> list[str]:
 
 
 def write_tiny_gguf(
-    path: Path, *, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128, seed: int = 0, architecture: str = "llama"
+    path: Path,
+    *,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_ff: int = 128,
+    seed: int = 0,
+    architecture: str = "llama",
+    chat_template: str = CHATML,
 ) -> Path:
     import gguf
 
@@ -62,7 +69,7 @@ def write_tiny_gguf(
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
+    writer.add_chat_template(chat_template)
 
     def weight(name: str, *shape: int) -> None:
         writer.add_tensor(name, (rng.standard_normal(shape) * 0.05).astype(np.float32))

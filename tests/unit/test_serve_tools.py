@@ -11,30 +11,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import jsonschema
 import openai
 import pytest
 
-from edgekit.runtime.serve.tools import plan, with_tools
+from edgekit.runtime.serve.tools import ToolFormat, plan, tool_format, with_tools
+from tests.support import tool_calls
 from tests.support.live_serve import live_server
 from tests.support.tiny_gguf import smollm2_gguf, write_tiny_bundle
+from tests.support.tool_calls import WEATHER
 
 MODEL = "tiny/gguf-F32"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 30, "description": "the city"},
-                "unit": {"enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-        },
-    },
-}
 # What pydantic (and so LangChain's bind_tools) writes for a model with a nested one: $defs and a $ref.
 BOOKING = {
     "type": "function",
@@ -79,10 +65,7 @@ def client(url: str) -> Iterator[openai.OpenAI]:
 
 def check_call(call: Any, names: set[str]) -> tuple[str, Any]:
     """A tool call of one of `names` whose arguments validate against that tool's parameters."""
-    assert call.type == "function" and call.id.startswith("call_") and call.function.name in names
-    arguments = json.loads(call.function.arguments)
-    jsonschema.validate(arguments, PARAMETERS[call.function.name])
-    return call.function.name, arguments
+    return call.function.name, tool_calls.check_call(call, names, PARAMETERS)
 
 
 @pytest.mark.parametrize(
@@ -99,10 +82,7 @@ def test_a_required_or_named_call_validates_against_its_parameters(
     answer = client.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=150, temperature=0
     )
-    choice_ = answer.choices[0]
-    assert choice_.finish_reason == "tool_calls" and choice_.message.content is None
-    assert choice_.message.tool_calls is not None and len(choice_.message.tool_calls) == 1
-    check_call(choice_.message.tool_calls[0], names)
+    tool_calls.one_call(answer, names, PARAMETERS)
 
 
 def test_auto_gives_a_valid_call_or_a_text_reply(client: openai.OpenAI) -> None:
@@ -130,15 +110,10 @@ def test_none_is_plain_text(client: openai.OpenAI) -> None:
 
 
 def test_a_streamed_call_arrives_as_one_tool_call_delta(client: openai.OpenAI) -> None:
-    deltas, finishes = [], []
-    for chunk in client.chat.completions.create(
+    stream = client.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=150, temperature=0, stream=True
-    ):
-        if chunk.choices:
-            deltas += chunk.choices[0].delta.tool_calls or []
-            finishes.append(chunk.choices[0].finish_reason)
-    assert finishes[-1] == "tool_calls" and len(deltas) == 1 and deltas[0].index == 0
-    check_call(deltas[0], set(PARAMETERS))
+    )
+    tool_calls.streamed_call(stream, set(PARAMETERS), PARAMETERS)
 
 
 def test_async_calls_run_concurrently_and_each_validates(url: str) -> None:
@@ -194,14 +169,16 @@ def test_the_history_is_rendered_for_the_template() -> None:
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "-3"},
     ]
-    tool_plan = plan(TOOLS, "required", None)
-    chatml = with_tools(messages, tool_plan, "{{ message['role'] }}")
+    template = "{{ message['role'] }}"
+    assert tool_format(template) == ToolFormat.GENERIC
+    chatml, listed = with_tools(messages, plan(TOOLS, "required", None, template), template)
+    assert listed is None  # the generic format describes the tools in the system message
     assert chatml[0]["role"] == "system" and chatml[0]["content"].startswith("Be brief.\n\n")
     assert '"get_weather"' in chatml[0]["content"] and "tool_call" in chatml[0]["content"]
     assert json.loads(chatml[1]["content"]) == {"tool_call": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
     result = {"tool_response": {"name": "get_weather", "tool_call_id": "c1", "content": "-3"}}
     assert chatml[2] == {"role": "user", "content": json.dumps(result)}
-    native = with_tools(messages, None, "{% if message.role == 'tool' %}")
+    native, _ = with_tools(messages, None, "{% if message.role == 'tool' %}")
     assert native[2] == {"role": "tool", "content": "-3"} and native[0] == {"role": "system", "content": "Be brief."}
 
 

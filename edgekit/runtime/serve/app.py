@@ -4,7 +4,7 @@
                                  logprobs, response_format}  (schema.py has every field)
     POST /v1/chat/completions   {messages, ..., tools, tool_choice}: the model's chat template, rendered in a
                                 jinja2 sandbox; `response_format` and tools constrain decoding (structured.py,
-                                tools.py)
+                                tools/)
     GET  /v1/models             the one model this server runs
     GET  /health                200 once the model is loaded and warmed up, 503 before
     GET  /metrics               Prometheus text
@@ -254,7 +254,7 @@ async def _whole(state: ServeState, http: HTTPRequest, parsed: Parsed, meta: dic
     logprobs = layout(tokens, chat) if request.sampling.logprobs is not None else None
     choice: dict[str, Any] = {"index": 0, "finish_reason": value, "logprobs": logprobs}
     if parsed.tools:
-        choice["message"], choice["finish_reason"] = tools.reply(text, value)
+        choice["message"], choice["finish_reason"] = tools.reply(parsed.tools, text, value)
         obj = "chat.completion"
     elif chat:
         choice["message"] = {"role": "assistant", "content": text}
@@ -307,7 +307,7 @@ async def _sse(state: ServeState, parsed: Parsed, meta: dict[str, Any], chat: bo
                     out += b"data: " + json.dumps({"error": {"message": value, "type": "server_error"}}).encode()
                     out += b"\n\n"
                 elif parsed.tools:
-                    message, finish = tools.reply("".join(held), value)
+                    message, finish = tools.reply(parsed.tools, "".join(held), value)
                     out += event(_tool_chunk(message, finish, _usage(request)))
                 else:
                     out += event({**choice(None, value), "usage": _usage(request)})

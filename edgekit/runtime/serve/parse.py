@@ -11,12 +11,13 @@ from edgekit.errors import UsageError
 from edgekit.runtime.engines import Sampling
 from edgekit.runtime.engines.base import LogprobsEngine
 from edgekit.runtime.loader import LoadedBundle
+from edgekit.runtime.serve import tools
 from edgekit.runtime.serve.api_error import ApiError, invalid
 from edgekit.runtime.serve.metrics import ServeMetrics
 from edgekit.runtime.serve.scheduler import Request
 from edgekit.runtime.serve.schema import ChatBody, CompletionBody, Endpoint, FieldProblem, validate
 from edgekit.runtime.serve.structured import check_grammar, require_grammar, response_schema, schema_grammar
-from edgekit.runtime.serve.tools import ToolPlan, plan, with_tools
+from edgekit.runtime.serve.tools import ToolPlan
 from edgekit.runtime.text import chat, prompt
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat's is what the context leaves
@@ -27,7 +28,7 @@ class Parsed:
     request: Request
     stream: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with the usage and no choices
-    tools: bool = False  # the reply is a constrained tool call or text reply (`tools.reply` shapes it)
+    tools: ToolPlan | None = None  # the reply is a constrained tool call or text reply (`tools.reply` shapes it)
 
 
 def parse(
@@ -45,8 +46,11 @@ def parse(
         raise ApiError(404, f"the model `{body.model}` is not served here; this server runs `{served}`", param="model")
     if body.stream_options is not None and not body.stream:
         raise invalid("`stream_options` is only for streamed requests (`stream`: true)", "stream_options")
-    tool_plan = plan(body.tools, body.tool_choice, body.parallel_tool_calls) if isinstance(body, ChatBody) else None
-    ids = _prompt_ids(loaded, body, tool_plan)
+    template = chat.find_template(loaded.engine, loaded.path) or ""
+    tool_plan = None
+    if isinstance(body, ChatBody):
+        tool_plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls, template)
+    ids = _prompt_ids(loaded, body, tool_plan, template)
     engine, config = loaded.engine, loaded.config
     limit = min(config.max_request_tokens, getattr(engine, "n_ctx", config.n_ctx))
     default = COMPLETION_DEFAULT_MAX_TOKENS if endpoint == Endpoint.COMPLETIONS else limit - len(ids)
@@ -72,7 +76,7 @@ def parse(
         raise invalid("`logprobs` with `tools` is not implemented", "logprobs")
     request = Request(ids, max_tokens, sampling, stop, loop, ignore_eos=body.ignore_eos)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    return Parsed(request, body.stream, include_usage, tools=tool_plan is not None)
+    return Parsed(request, body.stream, include_usage, tools=tool_plan)
 
 
 def _logprobs(loaded: LoadedBundle, body: CompletionBody | ChatBody) -> int | None:
@@ -110,16 +114,20 @@ def _grammar(
         raise invalid(f"`stop` cannot be used with `{param}`: it could cut the JSON the reply is", "stop")
     if body.ignore_eos:
         raise invalid(f"`ignore_eos` cannot be used with `{param}`: the JSON the reply is ends it", "ignore_eos")
-    return check_grammar(engine, schema_grammar(schema, param), param)
+    if tool_plan is None:
+        return check_grammar(engine, schema_grammar(schema, param), param)
+    frame = tools.grammar_frame(tool_plan)
+    return check_grammar(engine, schema_grammar(schema, param, frame, tool_plan.free_text), param)
 
 
-def _prompt_ids(loaded: LoadedBundle, body: CompletionBody | ChatBody, tool_plan: ToolPlan | None) -> list[int]:
+def _prompt_ids(
+    loaded: LoadedBundle, body: CompletionBody | ChatBody, tool_plan: ToolPlan | None, template: str
+) -> list[int]:
     engine = loaded.engine
     try:
         if isinstance(body, ChatBody):
-            template = chat.find_template(engine, loaded.path) or ""
-            messages = with_tools([m.model_dump() for m in body.messages], tool_plan, template)
-            return prompt.chat_ids(engine, loaded.path, messages)
+            messages, listed = tools.with_tools([m.model_dump() for m in body.messages], tool_plan, template)
+            return prompt.chat_ids(engine, loaded.path, messages, tools=listed)
         text = body.prompt
         if isinstance(text, list) and len(text) == 1:
             text = text[0]

@@ -69,18 +69,27 @@ def _only(value: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
             raise invalid(f"`{where}.{key}` is not supported: {why} (it takes {taken})", "response_format")
 
 
-def schema_grammar(schema: dict[str, Any], param: str) -> str:
-    """GBNF for the values of a checked JSON schema (llama.cpp's converter, JSON's string characters)."""
+def schema_grammar(
+    schema: dict[str, Any], param: str, frame: tuple[str, str] | None = None, or_text: bool = False
+) -> str:
+    """GBNF for the values of a checked JSON schema (llama.cpp's converter, JSON's string characters). With a
+    `frame` (text before, text after) the value is written between the two; `or_text`: or, instead, any text
+    that does not start with the frame's `<`."""
     from llama_cpp.llama_grammar import SchemaConverter
 
     converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "input")
-        converter.visit(resolved, "")
+        value = converter.visit(resolved, "" if frame is None else "framed")
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:  # the checks should catch all
         raise invalid(f"`{param}`'s schema could not be turned into a grammar: {exc}", param) from None
     if "char" in converter._rules:  # the converter's strings take raw control characters, which JSON forbids
         converter._rules["char"] = CHAR_RULE
+    if frame is not None:
+        framed = f"{json.dumps(frame[0])} {value} {json.dumps(frame[1])}"
+        converter._rules["root"] = f"{framed} | free-text" if or_text else framed
+        if or_text:
+            converter._rules["free-text"] = f"[^{frame[0][0]}] .*"
     return str(converter.format_grammar())
 
 

@@ -36,6 +36,7 @@ _PADDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"}
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MESSAGE_KEYS = ("role", "content")  # what the template is given; any other key is refused, never dropped
+TOOL_KEYS = ("tool_calls", "tool_call_id")  # a native tool template's history (serve's tools/ checked them)
 TEXT_PART_KEYS = ("type", "text")
 MAX_MESSAGES = 256
 
@@ -151,7 +152,7 @@ def find_template(engine: Any, bundle: Path | None) -> str | None:
     return None
 
 
-def normalise_messages(messages: Any) -> list[dict[str, str]]:
+def normalise_messages(messages: Any) -> list[dict[str, Any]]:
     """OpenAI-style messages → [{role, content}] with text content; raises UsageError on bad input."""
     if not isinstance(messages, list) or not messages:
         raise UsageError("`messages` must be a non-empty list", 'send [{"role": "user", "content": "..."}]')
@@ -163,7 +164,7 @@ def normalise_messages(messages: Any) -> list[dict[str, str]]:
             raise UsageError(f"messages[{i}] needs a string `role`", f"one of {', '.join(ROLES)}")
         if message["role"] not in ROLES:
             raise UsageError(f"messages[{i}].role is {message['role']!r}", f"use one of {', '.join(ROLES)}")
-        _only_keys(message, MESSAGE_KEYS, f"messages[{i}]")
+        _only_keys(message, (*MESSAGE_KEYS, *TOOL_KEYS), f"messages[{i}]")
         content = message.get("content", "")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
             content = _text_of_parts(content, i)
@@ -173,7 +174,7 @@ def normalise_messages(messages: Any) -> list[dict[str, str]]:
             content.encode("utf-8")
         except UnicodeEncodeError:
             raise UsageError(f"messages[{i}].content is not valid UTF-8 text", "it holds a lone surrogate") from None
-        out.append({"role": message["role"], "content": content})
+        out.append({"role": message["role"], "content": content, **{k: message[k] for k in TOOL_KEYS if k in message}})
     return out
 
 
@@ -196,11 +197,12 @@ def _text_of_parts(content: list[Any], i: int) -> str:
 
 def render(
     template: str,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     *,
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
     previous = sys.gettrace()
     try:
@@ -212,6 +214,7 @@ def render(
                 bos_token=bos_token,
                 eos_token=eos_token,
                 add_generation_prompt=add_generation_prompt,
+                tools=tools,
             )
         finally:
             sys.settrace(previous)

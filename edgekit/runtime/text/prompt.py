@@ -27,20 +27,24 @@ def completion_ids(engine: Engine, text: str) -> list[int]:
     return ids
 
 
-def chat_text(engine: Engine, bundle: Path | None, messages: Any) -> str:
+def chat_text(engine: Engine, bundle: Path | None, messages: Any, tools: list[dict[str, Any]] | None = None) -> str:
     template = chat.find_template(engine, bundle)
     if not template:
         raise UsageError(
             "this model has no chat template", "use /v1/completions (or `edgekit run` without --chat) instead"
         )
     token_text = getattr(engine, "token_text", None)
-    special = {}
+    special: dict[str, str] = {}
     if token_text is not None:
         eos = getattr(engine, "eos_id", min(engine.eos_ids, default=0))
         special = {"bos_token": token_text(getattr(engine, "bos_id", eos)), "eos_token": token_text(eos)}
-    return chat.render(template, chat.normalise_messages(messages), add_generation_prompt=True, **special)
+    rendered = chat.normalise_messages(messages)
+    return chat.render(template, rendered, add_generation_prompt=True, tools=tools, **special)
 
 
-def chat_ids(engine: Engine, bundle: Path | None, messages: Any) -> list[int]:
-    """Messages rendered by the chat template; its special tokens (e.g. <|im_start|>) are parsed as such."""
-    return engine.tokenize(chat_text(engine, bundle, messages), special=True)
+def chat_ids(
+    engine: Engine, bundle: Path | None, messages: Any, tools: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """Messages (and the tools, for a template that lists them) rendered by the chat template; its special tokens
+    (e.g. <|im_start|>) are parsed as such."""
+    return engine.tokenize(chat_text(engine, bundle, messages, tools), special=True)
