@@ -116,8 +116,7 @@ def _grammar(
         raise invalid(f"`ignore_eos` cannot be used with `{param}`: the JSON the reply is ends it", "ignore_eos")
     if tool_plan is None:
         return check_grammar(engine, schema_grammar(schema, param), param)
-    frame = tools.grammar_frame(tool_plan)
-    return check_grammar(engine, schema_grammar(schema, param, frame, tool_plan.free_text), param)
+    return check_grammar(engine, schema_grammar(schema, param, tool_plan.frame, tool_plan.text_unless), param)
 
 
 def _prompt_ids(

@@ -70,27 +70,35 @@ def _only(value: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
 
 
 def schema_grammar(
-    schema: dict[str, Any], param: str, frame: tuple[str, str] | None = None, or_text: bool = False
+    schema: dict[str, Any], param: str, frame: tuple[str, str] = ("", ""), text_unless: str | None = None
 ) -> str:
-    """GBNF for the values of a checked JSON schema (llama.cpp's converter, JSON's string characters). With a
-    `frame` (text before, text after) the value is written between the two; `or_text`: or, instead, any text
-    that does not start with the frame's `<`."""
+    """GBNF for the values of a checked JSON schema (llama.cpp's converter, JSON's string characters), written
+    between the two texts of `frame`; with `text_unless`, or instead any text not starting with that character."""
     from llama_cpp.llama_grammar import SchemaConverter
 
     converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    framed = frame != ("", "") or text_unless is not None
     try:
         resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "input")
-        value = converter.visit(resolved, "" if frame is None else "framed")
+        value = converter.visit(resolved, "framed" if framed else "")
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:  # the checks should catch all
         raise invalid(f"`{param}`'s schema could not be turned into a grammar: {exc}", param) from None
     if "char" in converter._rules:  # the converter's strings take raw control characters, which JSON forbids
         converter._rules["char"] = CHAR_RULE
-    if frame is not None:
-        framed = f"{json.dumps(frame[0])} {value} {json.dumps(frame[1])}"
-        converter._rules["root"] = f"{framed} | free-text" if or_text else framed
-        if or_text:
-            converter._rules["free-text"] = f"[^{frame[0][0]}] .*"
+    if framed:
+        root = " ".join(
+            [*([json.dumps(frame[0])] if frame[0] else []), value, *([json.dumps(frame[1])] if frame[1] else [])]
+        )
+        if text_unless is not None:
+            converter._rules["free-text"] = f"[^{_class_char(text_unless)}] .*"
+            root = f"{root} | free-text"
+        converter._rules["root"] = root
     return str(converter.format_grammar())
+
+
+def _class_char(char: str) -> str:
+    """`char` as it stands in a GBNF character class."""
+    return "\\" + char if char in "]^-\\" else char
 
 
 def require_grammar(engine: object, param: str) -> GrammarEngine:

@@ -12,22 +12,25 @@ class ToolFormat(enum.Enum):
 
     GENERIC = "generic"  # one JSON object, {"tool_call": …} or {"response": …}, described in the system message
     HERMES = "hermes"  # the chat template lists the tools; a call is <tool_call>{"name", "arguments"}</tool_call>
+    LLAMA3 = "llama3"  # the chat template lists the tools; a call is {"name", "parameters"}
 
 
 @dataclass(frozen=True)
 class ToolPlan:
     """What a request's tools add to the prompt, and what the reply is constrained to.
 
-    `schema` is the JSON value the model writes: the whole reply (generic) or the call between the tags
-    (hermes). `system` is text the generic format adds to the system message; `tools` what a native template
-    is given to list; `free_text`: the reply may be plain text instead of a call (hermes, `tool_choice: auto`).
+    `schema` is the JSON value the model writes, between the two texts of `frame` (hermes: its tags). `system`
+    is text the generic format adds to the system message; `tools` what a native template is given to list;
+    `text_unless`: the reply may be plain text instead of a call, if it does not start with this character (a
+    native format with `tool_choice: auto`; None: it may not).
     """
 
     format: ToolFormat
     schema: dict[str, Any]
     system: str = ""
     tools: list[dict[str, Any]] = field(default_factory=list)
-    free_text: bool = False
+    frame: tuple[str, str] = ("", "")
+    text_unless: str | None = None
 
 
 def call_schema(functions: list[dict[str, Any]], picked: str, arguments_key: str = "arguments") -> dict[str, Any]:
@@ -37,6 +40,11 @@ def call_schema(functions: list[dict[str, Any]], picked: str, arguments_key: str
     schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
     return {**schema, "$defs": {_definition(f["name"]): _rerooted(f["checked"], f"#/$defs/{_definition(f['name'])}/")
                                 for f in functions}}  # fmt: skip
+
+
+def native_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The functions as a native chat template takes `tools` (OpenAI's shape, as transformers passes them)."""
+    return [{"type": "function", "function": f} for f in listed(functions)]
 
 
 def listed(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
