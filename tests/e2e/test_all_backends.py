@@ -75,6 +75,7 @@ SAME_ROUNDING = {"inference_precision": "f32", "kv_cache_precision": "f32", "dyn
 
 
 def served_logprobs(bundle: Path, artifact: str) -> Any:
+    """The artifact's completion logprobs through the SDK; its server also refuses what the engine cannot do."""
     log = bundle.parent / f"serve-{artifact}.log"
     with (
         live_server(bundle, log, args=["--artifact", artifact]) as url,
@@ -82,10 +83,22 @@ def served_logprobs(bundle: Path, artifact: str) -> Any:
     ):
         model = client.models.list().data[0].id
         answer = client.completions.create(model=model, prompt=PROMPT, max_tokens=STEPS, temperature=0, logprobs=TOP)
+        refused_without_grammars(client, model, artifact.split("-")[0])
     logprobs = answer.choices[0].logprobs
     assert logprobs is not None and logprobs.token_logprobs is not None and logprobs.top_logprobs is not None
     assert "".join(logprobs.tokens or []) == answer.choices[0].text
     return logprobs
+
+
+def refused_without_grammars(client: openai.OpenAI, model: str, backend: str) -> None:
+    """A structured `response_format` and `tools` need a grammar: a 400 naming the engine, not free text."""
+    schema = {"type": "json_schema", "json_schema": {"name": "city", "schema": {"type": "object"}}}
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    messages: Any = [{"role": "user", "content": "Paris?"}]
+    for param, extra in (("response_format", {"response_format": schema}), ("tools", {"tools": [tool]})):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model=model, messages=messages, max_tokens=4, **extra)  # type: ignore[call-overload]
+        assert f"`{param}` is not supported by the {backend} engine" in info.value.message
 
 
 def scored(bundle: Path, artifact: str, text: str, overrides: dict[str, Any] | None = None) -> np.ndarray:
