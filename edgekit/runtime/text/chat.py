@@ -153,7 +153,8 @@ def find_template(engine: Any, bundle: Path | None) -> str | None:
 
 
 def normalise_messages(messages: Any) -> list[dict[str, Any]]:
-    """OpenAI-style messages → [{role, content}] with text content; raises UsageError on bad input."""
+    """OpenAI-style messages → [{role, content}] with text content (and, for a template with its own tool format,
+    the `tool_calls` / `tool_call_id` serve's tools/ passed on); raises UsageError on bad input."""
     if not isinstance(messages, list) or not messages:
         raise UsageError("`messages` must be a non-empty list", 'send [{"role": "user", "content": "..."}]')
     if len(messages) > MAX_MESSAGES:
