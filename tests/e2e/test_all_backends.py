@@ -112,9 +112,9 @@ def scored(bundle: Path, artifact: str, text: str, overrides: dict[str, Any] | N
         engine.close()
 
 
-def scored_top(logp: np.ndarray, engine_text: dict[str, float]) -> None:
-    """A reported top list is the scored distribution's top: its values, in order."""
-    assert np.allclose(sorted(engine_text.values(), reverse=True), np.sort(logp)[::-1][:TOP], atol=1e-4)
+def scored_top(logp: np.ndarray, top: dict[str, float]) -> None:
+    """A reported top list (token text → logprob) is the scored distribution's top: its values, in order."""
+    assert np.allclose(sorted(top.values(), reverse=True), np.sort(logp)[::-1][:TOP], atol=1e-4)
 
 
 def test_openvino_logprobs_equal_the_scored_ones_when_it_rounds_both_paths_alike(

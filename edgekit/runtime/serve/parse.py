@@ -46,9 +46,9 @@ def parse(
         raise ApiError(404, f"the model `{body.model}` is not served here; this server runs `{served}`", param="model")
     if body.stream_options is not None and not body.stream:
         raise invalid("`stream_options` is only for streamed requests (`stream`: true)", "stream_options")
-    template = chat.find_template(loaded.engine, loaded.path) or ""
-    tool_plan = None
-    if isinstance(body, ChatBody):
+    tool_plan, template = None, ""
+    if isinstance(body, ChatBody):  # a completion needs no template (finding one may read the bundle's files)
+        template = chat.find_template(loaded.engine, loaded.path) or ""
         tool_plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls, template)
     ids = _prompt_ids(loaded, body, tool_plan, template)
     engine, config = loaded.engine, loaded.config
@@ -114,9 +114,8 @@ def _grammar(
         raise invalid(f"`stop` cannot be used with `{param}`: it could cut the JSON the reply is", "stop")
     if body.ignore_eos:
         raise invalid(f"`ignore_eos` cannot be used with `{param}`: the JSON the reply is ends it", "ignore_eos")
-    if tool_plan is None:
-        return check_grammar(engine, schema_grammar(schema, param), param)
-    return check_grammar(engine, schema_grammar(schema, param, tool_plan.frame, tool_plan.text_unless), param)
+    frame, text_unless = (tool_plan.frame, tool_plan.text_unless) if tool_plan is not None else (("", ""), None)
+    return check_grammar(engine, schema_grammar(schema, param, frame, text_unless), param)
 
 
 def _prompt_ids(

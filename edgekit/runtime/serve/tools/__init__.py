@@ -23,6 +23,7 @@ from edgekit.runtime.serve.tools.request import tool_request
 __all__ = ["ToolFormat", "ToolPlan", "plan", "reply", "tool_format", "with_tools"]
 
 NATIVE = {ToolFormat.HERMES: hermes, ToolFormat.LLAMA3: llama3}
+FORMATS = {ToolFormat.GENERIC: generic, **NATIVE}  # each has plan(request) and reply(text)
 
 
 def tool_format(template: str) -> ToolFormat:
@@ -35,8 +36,7 @@ def plan(tools: list[Any] | None, choice: object, parallel: bool | None, templat
     request = tool_request(tools, choice, parallel)
     if request is None:
         return None
-    module = NATIVE.get(tool_format(template))
-    return module.plan(request) if module is not None else generic.plan(request)
+    return FORMATS[tool_format(template)].plan(request)
 
 
 def with_tools(
@@ -54,5 +54,4 @@ def reply(tool_plan: ToolPlan, text: str, finish: str) -> tuple[dict[str, Any], 
     reply ("stop"), or, cut by max_tokens ("length"), the text as it came (it need not parse)."""
     if finish != "stop":
         return {"role": "assistant", "content": text}, finish
-    module = NATIVE.get(tool_plan.format)
-    return module.reply(text) if module is not None else generic.reply(text)
+    return FORMATS[tool_plan.format].reply(text)
