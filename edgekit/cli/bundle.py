@@ -56,16 +56,29 @@ def _number(value: float | None, spec: str) -> str:
 @click.option("--tools", is_flag=True, help="Also build llama-quantize, llama-imatrix, llama-perplexity, llama-bench.")
 @click.option("--server", is_flag=True, help="Also build llama-server.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: every CPU).")
+@click.option("--box", "box_arch", metavar="ARCH", help="Also build the runtime for boxes of this CPU architecture "
+              "(aarch64): llama-cpp-python cross-compiled, and every wheel of edgekit[runtime] (what `edgekit pack "
+              "--box` carries).")  # fmt: skip
+@click.option("--march", help="With --box: the -march llama.cpp is compiled for (default: the architecture's "
+              "baseline, armv8-a).")  # fmt: skip
 @json_option("toolchain")
-def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | None, as_json: bool) -> None:
+def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | None, box_arch: str | None,
+              march: str | None, as_json: bool) -> None:  # fmt: skip
     """Fetch (once) llama.cpp's converter, and build (once) its tools, for the installed llama-cpp-python."""
+    from edgekit.errors import UsageError
     from edgekit.toolchain import TOOL_SETS, build_tools, get_converter, tools_dir, tools_info
+    from edgekit.toolchain.box import box_runtime
 
+    if march and not box_arch:
+        raise UsageError("--march is for --box", "add --box ARCH, or leave --march out")
     converter = get_converter(llama_cpp_dir)
     wanted = [name for name, flag in (("tools", tools), ("server", server)) if flag]
-    if wanted:
-        with progress_reporter() as progress:
+    box = None
+    with progress_reporter() as progress:
+        if wanted:
             build_tools(wanted, progress, jobs)
+        if box_arch:
+            box = box_runtime(box_arch, ("runtime",), progress, march=march, jobs=jobs)
     built = {name: tools_info(name) for name in TOOL_SETS}
     if as_json:
         emit_json("toolchain", {"converter": str(converter.script), "origin": converter.origin,
@@ -74,7 +87,8 @@ def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | 
                                 "tools": {name: {"targets": list(toolset.targets),
                                                  "dir": str(tools_dir(name)) if built[name] else None,
                                                  "build_seconds": (built[name] or {}).get("build_seconds")}
-                                          for name, toolset in TOOL_SETS.items()}})  # fmt: skip
+                                          for name, toolset in TOOL_SETS.items()},
+                                "box": {**box.describe(), "dir": str(box.folder)} if box else None})  # fmt: skip
         return
     console.print(f"converter: {escape(str(converter.script))}", highlight=False)
     console.print(f"from: {escape(converter.origin)}; llama.cpp commit {converter.llama_cpp_commit or 'unknown'}")
@@ -85,6 +99,9 @@ def toolchain(llama_cpp_dir: str | None, tools: bool, server: bool, jobs: int | 
             f"{', '.join(toolset.targets)}: {state}" + ("" if info else f" (edgekit toolchain {toolset.flag})"),
             highlight=False,
         )
+    if box:
+        what = f"box runtime ({box.arch}, -march={box.march}, Python {box.python}): {len(box.wheels)} wheels"
+        console.print(f"{what} in {escape(str(box.folder))} (edgekit pack BUNDLE --box {box.arch})", highlight=False)
 
 
 COMMANDS = (inspect, toolchain)
