@@ -357,6 +357,15 @@ class NothingToRollBack(InstallError):
                          "install the release you want (allowing a downgrade for an older one)")  # fmt: skip
 
 
+class BoxMismatch(InstallError):
+    """A pack that carries the runtime for boxes of another CPU architecture than this one."""
+
+    def __init__(self, pack: str, arch: str, machine: str) -> None:
+        self.pack, self.arch, self.machine = pack, arch, machine
+        super().__init__(f"pack {pack} carries the runtime for {arch} boxes; this box is {machine}; nothing was "
+                         "installed", "pack the bundle for this box's architecture")  # fmt: skip
+
+
 class PackUnsigned(UsageError):
     """`pack` of a bundle that is not signed yet: the boxes would refuse it."""
 

@@ -18,6 +18,7 @@ from rich.markup import escape
 from edgekit.cli.common import err_console, json_error, reset_json
 from edgekit.errors import (
     BoxesMissing,
+    BoxMismatch,
     DowngradeError,
     EdgekitError,
     ExitCode,
@@ -80,6 +81,7 @@ COMMAND_HINTS: dict[type[EdgekitError], Callable[[Any], str]] = {
     NothingToRollBack: lambda e: (
         "install the release you want with `edgekit install` (--allow-downgrade for an older one)"
     ),
+    BoxMismatch: lambda e: f"pack it for this box on the build machine: edgekit pack BUNDLE --box {e.machine}",
     DowngradeError: lambda e: (
         "to go back to the previous release use `edgekit rollback`; to install this one anyway, --allow-downgrade"
         if e.release < e.running

@@ -4,13 +4,17 @@ rollback (box). Parse, call `edgekit.ship`, render; `--json` prints what the hum
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
 from edgekit.cli.common import bundle_argument, console, emit_json, json_option, mib, progress_reporter
 from edgekit.cli.fleet import connection, connection_options
+
+if TYPE_CHECKING:
+    from edgekit.ship.pack import Packed
+    from edgekit.toolchain.box import BoxRuntime
 
 trusted_key_option = click.option(
     "--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -104,19 +108,27 @@ def verify(bundle: str, public_keys: tuple[Path, ...], trusted_keys: tuple[Path,
 @click.option("--mender", is_flag=True, help="Also write NAME-RELEASE.mender: the pack as a Mender artifact.")
 @click.option("--device-type", "device_types", multiple=True, metavar="TYPE",
               help="With --mender: a device type the artifact is for (repeatable).")  # fmt: skip
+@click.option("--box", "box_arch", metavar="ARCH", help="Carry the runtime a box of this CPU architecture installs "
+              "edgekit from (aarch64), built once per version: writes NAME-RELEASE.ARCH.edgekit.")  # fmt: skip
+@click.option("--march", help="With --box: the -march the box runtime's llama.cpp is compiled for (default: the "
+              "architecture's baseline, armv8-a).")  # fmt: skip
 @json_option("pack")
-def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: tuple[str, ...], as_json: bool) -> None:
+def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: tuple[str, ...],
+         box_arch: str | None, march: str | None, as_json: bool) -> None:  # fmt: skip
     """Pack the signed BUNDLE into one deterministic file to copy to the boxes; print its sha256."""
     from edgekit.errors import UsageError
     from edgekit.ship.pack import pack_bundle
 
     if device_types and not mender:
         raise UsageError("--device-type is for --mender artifacts", "add --mender, or leave --device-type out")
+    if march and not box_arch:
+        raise UsageError("--march is for --box packs", "add --box ARCH, or leave --march out")
     if mender:
         from edgekit.ship.mender.artifact import check_mender, write_mender
 
         check_mender(device_types)
-    packed = pack_bundle(Path(bundle), out, zstd=zstd)
+    runtime = _box_runtime(Path(bundle), box_arch, march) if box_arch else None
+    packed = pack_bundle(Path(bundle), out, zstd=zstd, runtime=runtime)
     menders = write_mender(packed, device_types) if mender else None
     if as_json:
         extra = {"mender": {**menders.__dict__, "path": str(menders.path)}} if menders else {}
@@ -128,9 +140,27 @@ def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: 
     zstd_note = ", zstd" if packed.zstd else ""
     console.print(
         f"[dim]{packed.name} release {packed.release}: {packed.files} files, {mib(packed.size)}{zstd_note}; "
-        f"on the box: edgekit install {packed.path.name}[/]",
+        f"on the box: {_box_steps(packed)}edgekit install {packed.path.name}[/]",
         highlight=False,
     )
+
+
+def _box_runtime(bundle: Path, arch: str, march: str | None) -> BoxRuntime:
+    """The box runtime for the bundle's backends (their runtime extras), built or taken from the toolchain cache."""
+    from edgekit.manifest import verify_bundle
+    from edgekit.registry import spec
+    from edgekit.toolchain.box import box_runtime
+
+    manifest = verify_bundle(bundle)
+    extras = tuple(sorted({spec(a["backend"]).runtime_extra for a in manifest.get("artifacts", [])}))
+    with progress_reporter() as progress:
+        return box_runtime(arch, extras, progress, march=march)
+
+
+def _box_steps(packed: Packed) -> str:
+    if not packed.box:
+        return ""
+    return f"tar -xf {packed.path.name} box-runtime && sh box-runtime/install.sh, then /opt/edgekit/venv/bin/"
 
 
 @click.command()

@@ -11,6 +11,7 @@ deterministic too; quantized weights shrink little).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import tarfile
 import tempfile
@@ -23,6 +24,8 @@ from edgekit._util.fsutil import ensure_free_space, fsync_dir
 from edgekit._util.hashing import sha256_file
 from edgekit.errors import MissingDependencyError, PackUnsigned, UsageError
 from edgekit.manifest import MANIFEST, SIGNATURE, verify_bundle
+from edgekit.ship import box_runtime
+from edgekit.ship.box_runtime import BoxRuntime
 
 SUFFIX = ".edgekit"
 ZSTD_LEVEL = 3
@@ -38,31 +41,40 @@ class Packed:
     name: str
     release: int
     zstd: bool
+    box: str | None = None  # the architecture whose runtime it carries (`--box`), or None
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "path": str(self.path)}
 
 
-def pack_name(manifest: dict[str, Any]) -> str:
-    return f"{manifest['name']}-{int(manifest.get('release', 0))}{SUFFIX}"
+def pack_name(manifest: dict[str, Any], box: str | None = None) -> str:
+    """NAME-RELEASE.edgekit; with the runtime for another architecture's boxes, NAME-RELEASE.ARCH.edgekit."""
+    return f"{manifest['name']}-{int(manifest.get('release', 0))}{'.' + box if box else ''}{SUFFIX}"
 
 
-def pack_bundle(bundle: Path, out: Path | None = None, *, zstd: bool = False) -> Packed:
-    """Write `bundle` (verified, and signed) as one deterministic file; return where, its size and sha256."""
+def pack_bundle(bundle: Path, out: Path | None = None, *, zstd: bool = False,
+                runtime: BoxRuntime | None = None) -> Packed:  # fmt: skip
+    """Write `bundle` (verified, and signed) as one deterministic file; return where, its size and sha256.
+
+    `runtime`: the wheels a box of another architecture installs edgekit from, carried after the bundle's files."""
     bundle = Path(bundle)
     manifest = verify_bundle(bundle)
     signature = bundle / SIGNATURE
     if signature.is_symlink() or not signature.is_file():
         raise PackUnsigned(bundle)
     members = [SIGNATURE, MANIFEST, *(f["path"] for f in manifest["files"])]
-    target = _target(bundle, out, pack_name(manifest))
-    ensure_free_space(target.parent, sum((bundle / m).stat().st_size for m in members) + 2**20)
+    extra = box_runtime.members(runtime) if runtime else []
+    target = _target(bundle, out, pack_name(manifest, runtime.arch if runtime else None))
+    extra_bytes = sum(m.path.stat().st_size if m.path else len(m.data) for m in extra)
+    ensure_free_space(target.parent, sum((bundle / m).stat().st_size for m in members) + extra_bytes + 2**20)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as raw:
             with _compressed(raw, zstd) as stream, tarfile.open(fileobj=stream, mode="w|", format=TAR_FORMAT) as tar:
                 for rel in members:
                     add_member(tar, bundle / rel, rel)
+                for member in extra:
+                    _add_runtime_member(tar, member)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)
@@ -72,7 +84,7 @@ def pack_bundle(bundle: Path, out: Path | None = None, *, zstd: bool = False) ->
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return Packed(target, sha256_file(target), target.stat().st_size, len(members), manifest["name"],
-                  int(manifest.get("release", 0)), zstd)  # fmt: skip
+                  int(manifest.get("release", 0)), zstd, runtime.arch if runtime else None)  # fmt: skip
 
 
 def _target(bundle: Path, out: Path | None, name: str) -> Path:
@@ -92,6 +104,16 @@ def add_member(tar: tarfile.TarFile, path: Path, rel: str) -> None:
     info.uname = info.gname = ""
     with open(path, "rb") as f:
         tar.addfile(info, f)
+
+
+def _add_runtime_member(tar: tarfile.TarFile, member: box_runtime.Member) -> None:
+    if member.path is not None:
+        add_member(tar, member.path, member.name)
+        return
+    info = tarfile.TarInfo(member.name)
+    info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = (
+        len(member.data), 0, member.mode, 0, 0, "", "")  # fmt: skip
+    tar.addfile(info, io.BytesIO(member.data))
 
 
 @contextlib.contextmanager

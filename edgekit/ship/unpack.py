@@ -22,6 +22,7 @@ from typing import IO, Any
 from edgekit._util.hashing import CHUNK
 from edgekit.errors import MissingDependencyError, PackError
 from edgekit.manifest import MANIFEST, SCHEMA_VERSION, SIGNATURE, listed_files, plain_relative
+from edgekit.ship import box_runtime
 
 SIGNATURE_MAX = 2**20
 MANIFEST_MAX = 64 * 2**20
@@ -137,6 +138,9 @@ def _extract_all(
 ) -> set[str]:
     seen: set[str] = set()
     for member in members:
+        if member.name.startswith(f"{box_runtime.DIR}/") and member.name not in listed:
+            box_runtime.check_runtime(tar, member, members, label)
+            break
         record = check_member(member, listed, seen, label)
         extract_member(tar, member, record, dest, label)
         seen.add(member.name)
