@@ -38,12 +38,16 @@ PROMPTS = (
     "Once upon a time, in a small village by the sea,",
 )
 TOKENS = 16
-METHOD = 2  # in the smoke task's key. 2: teacher-forced log-probabilities are the verdict (1: greedy ids)
+# In the smoke task's key. 3: MARGIN 3; 2: teacher-forced log-probabilities are the verdict; 1: greedy ids.
+METHOD = 3
 
 # The tolerance is MARGIN × the noise floor's mean and 99th percentile of |Δ log p| per token, and never
 # below FLOOR (float32 noise alone, on a model whose noise floor is tiny). Without a noise floor
 # (validation off, or noise_floor_dtype = "none") it is DEFAULT: about the bf16 noise floor of a 1B model.
-MARGIN = 2.0
+# MARGIN from tests/e2e/test_arm64_box.py on SmolLM2-135M: an aarch64 box's NEON kernels put Q4_K_M's recorded
+# tokens 2.0× the noise floor's mean (0.070 nats, at most 0.31) from an AVX-512 build's; Q4_K_M's file in
+# Q8_0's place is 5.0× (0.17, at most 0.92). 3 sits between.
+MARGIN = 3.0
 FLOOR = (1e-3, 1e-2)
 DEFAULT = (0.05, 0.5)
 

@@ -102,7 +102,7 @@ def test_build_release_records_the_release_and_every_artifacts_smoke_record(ship
     assert [a["smoke"] for a in r0["artifacts"]] == [a["smoke"] for a in r1["artifacts"]]  # cached, the same
     for artifact in r1["artifacts"]:
         assert len(artifact["smoke"]["prompts"]) == 3, artifact["name"]
-        assert artifact["smoke"]["tolerance"]["source"].startswith("2 × the noise floor (bfloat16 reference")
+        assert artifact["smoke"]["tolerance"]["source"].startswith("3 × the noise floor (bfloat16 reference")
     assert "edgekit.service" in {f["path"] for f in r1["files"]}
 
 

@@ -94,14 +94,14 @@ def test_a_record_without_log_probabilities_is_judged_by_its_greedy_ids(models: 
     assert [d["what"] for d in result["differences"]] == ["greedy ids"]
 
 
-def test_the_tolerance_is_twice_the_noise_floors_movement_and_never_below_the_floor() -> None:
+def test_the_tolerance_is_three_times_the_noise_floors_movement_and_never_below_the_floor() -> None:
     rng = np.random.default_rng(0)
     nll_ref = rng.uniform(0, 8, 10_000)
     moved = rng.exponential(0.02, 10_000)
     tolerance = Tolerance.from_noise_floor(nll_ref + moved, nll_ref, "bfloat16")
-    assert tolerance.mean_abs == pytest.approx(2 * moved.mean(), rel=1e-4)
-    assert tolerance.max_abs == pytest.approx(2 * np.quantile(moved, 0.99), rel=1e-4)
-    assert tolerance.source.startswith("2 × the noise floor (bfloat16 reference against float32, 10000 tokens")
+    assert tolerance.mean_abs == pytest.approx(3 * moved.mean(), rel=1e-4)
+    assert tolerance.max_abs == pytest.approx(3 * np.quantile(moved, 0.99), rel=1e-4)
+    assert tolerance.source.startswith("3 × the noise floor (bfloat16 reference against float32, 10000 tokens")
     still = Tolerance.from_noise_floor(nll_ref, nll_ref, "bfloat16")
     assert (still.mean_abs, still.max_abs) == FLOOR
     assert (
