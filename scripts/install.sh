@@ -58,8 +58,12 @@ if [[ $dev == 1 ]] && ! command -v systemd-analyze >/dev/null 2>&1; then
   fi
 fi
 # The fleet channels' real components, started by the tests: an OCI registry (CNCF distribution) with htpasswd
-# users, and Mender's artifact tool and client in standalone mode.
-fleet_tools=(docker-registry:docker-registry htpasswd:apache2-utils mender-artifact:mender-artifact mender:mender-client)
+# users, and Mender's artifact tool and client in standalone mode. The emulated ARM64 box: qemu-user-static and
+# binfmt-support run aarch64 programs, debootstrap makes its root (scripts/arm64-root.sh), and the cross-compiler
+# builds its llama-cpp-python (`edgekit toolchain --box aarch64`).
+fleet_tools=(docker-registry:docker-registry htpasswd:apache2-utils mender-artifact:mender-artifact mender:mender-client
+  qemu-aarch64-static:qemu-user-static update-binfmts:binfmt-support debootstrap:debootstrap
+  aarch64-linux-gnu-g++:g++-aarch64-linux-gnu)
 missing=()
 for entry in "${fleet_tools[@]}"; do command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}"); done
 if [[ $dev == 1 && ${#missing[@]} -gt 0 ]]; then
