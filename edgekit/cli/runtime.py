@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli.common import bundle_argument, console, emit_json, err_console, json_option, plain_output, steps
@@ -199,6 +200,9 @@ def render_bench(result: dict[str, Any]) -> None:
         f"[bold]{m['cpu_model']}[/] · {m['physical_cores']} physical / {m['logical_cores']} logical cores · "
         f"{m['numa_nodes']} NUMA node(s) · bandwidth " + ", ".join(f"{p}P {v:.1f} GiB/s" for p, v in bw.items())
     )
+    if m.get("emulated"):
+        console.print(f"[yellow]measured under emulation ({escape(str(m.get('arch')))} through qemu-user): these "
+                      "timings describe the emulator, not a box; bench on the box itself[/]")  # fmt: skip
     measured = {name: a for name, a in result["artifacts"].items() if "skipped" not in a}
     table = Table("medians over runs", *measured, title=None)
     with_settings = (a["baseline_settings"] for a in measured.values() if a.get("baseline_settings"))
