@@ -4,7 +4,9 @@ The signature and the manifest come first; `prepare` (the installer) sees them b
 is written (free space, where the slot goes). Then every member must be a regular file at a plain relative
 path, listed once in the manifest, of the listed size; it is written with O_EXCL|O_NOFOLLOW (nothing in
 the folder is a link: none is ever made) and hashed as it streams, and a differing sha256 stops the
-unpacking at that file. Nothing here trusts the pack: the installer verifies the signature afterwards.
+unpacking at that file. After the listed files a pack may carry a box runtime (`edgekit pack --box`), checked
+file by file against its own listing and not written (`edgekit.ship.box_runtime`). Nothing here trusts the
+pack: the installer verifies the signature afterwards.
 """
 
 from __future__ import annotations
