@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, distribution
+from importlib.metadata import distributions
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -124,16 +124,16 @@ def _describe(arch: BoxArch, march: str, extras: tuple[str, ...], folder: Path) 
 
 
 def _source_tree() -> Path | None:
-    """The folder edgekit is installed from in editable mode (a checkout), or None."""
-    try:
-        direct = distribution("edgekit").read_text("direct_url.json")
-    except PackageNotFoundError:
-        return None
-    info = json.loads(direct or "{}")
-    url = urlparse(info.get("url", ""))
-    if url.scheme != "file" or not info.get("dir_info", {}).get("editable"):
-        return None
-    return Path(unquote(url.path))
+    """The folder edgekit is installed from in editable mode (a checkout), or None.
+
+    Every edgekit distribution on the path is asked: in the checkout itself, setuptools' `edgekit.egg-info`
+    comes first and has no direct_url.json."""
+    for found in distributions(name="edgekit"):
+        info = json.loads(found.read_text("direct_url.json") or "{}")
+        url = urlparse(info.get("url", ""))
+        if url.scheme == "file" and info.get("dir_info", {}).get("editable"):
+            return Path(unquote(url.path))
+    return None
 
 
 def _edgekit_wheel(into: Path) -> Path:
