@@ -147,11 +147,11 @@ def pack(bundle: str, out: Path | None, zstd: bool, mender: bool, device_types: 
 
 def _box_runtime(bundle: Path, arch: str, march: str | None) -> BoxRuntime:
     """The box runtime for the bundle's backends (their runtime extras), built or taken from the toolchain cache."""
-    from edgekit.manifest import verify_bundle
+    from edgekit.manifest import load_manifest
     from edgekit.registry import spec
     from edgekit.toolchain.box import box_runtime
 
-    manifest = verify_bundle(bundle)
+    manifest = load_manifest(bundle)  # which backends; `pack_bundle` verifies the bundle
     extras = tuple(sorted({spec(a["backend"]).runtime_extra for a in manifest.get("artifacts", [])}))
     with progress_reporter() as progress:
         return box_runtime(arch, extras, progress, march=march)

@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from edgekit._util.arch import arch_name
 from edgekit._util.hashing import sha256_json
 from edgekit.runtime.numa import read_topology
 
@@ -30,7 +31,7 @@ _ISA_FLAGS = {"x86_64": "sse2", "aarch64": "asimd"}
 def emulated() -> bool:
     """This process runs under user-mode emulation (qemu-user): it sees the host's /proc/cpuinfo, whose flags
     belong to another instruction set than the one it executes. Its timings describe the emulator."""
-    arch = platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
+    arch = arch_name()
     flags = cpu_flags()
     return bool(flags) and arch in _ISA_FLAGS and _ISA_FLAGS[arch] not in flags
 

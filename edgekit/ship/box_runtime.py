@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 
 from jinja2 import Template
 
+from edgekit._util.arch import arch_name
 from edgekit._util.hashing import CHUNK
 from edgekit.errors import BoxMismatch, PackError
 from edgekit.manifest import plain_relative
@@ -74,20 +74,16 @@ def members(runtime: BoxRuntime) -> list[Member]:
     ]
 
 
-def machine() -> str:
-    return platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
-
-
-def check_runtime(tar: tarfile.TarFile, first: tarfile.TarInfo, rest: Iterator[tarfile.TarInfo], label: str) -> str:
+def check_runtime(tar: tarfile.TarFile, first: tarfile.TarInfo, rest: Iterator[tarfile.TarInfo], label: str) -> None:
     """Read the runtime members (`first` is the first of them): for this box's architecture, each file as listed.
 
-    Nothing is written: the runtime was installed from the pack by `runtime/install.sh`. Returns the architecture."""
+    Nothing is written: the runtime was installed from the pack by `box-runtime/install.sh`."""
     if first.name != DESCRIPTION or not first.isreg() or first.size > DESCRIPTION_MAX:
         raise PackError(label, f"after the bundle's files a pack may hold only its box runtime, starting with "
                                f"{DESCRIPTION}; found {first.name!r}")  # fmt: skip
     description = _description(tar, first, label)
-    if description["arch"] != machine():
-        raise BoxMismatch(label, description["arch"], machine())
+    if description["arch"] != arch_name():
+        raise BoxMismatch(label, description["arch"], arch_name())
     listed: dict[str, str] = description["files"]
     seen: set[str] = set()
     for member in rest:
@@ -100,7 +96,6 @@ def check_runtime(tar: tarfile.TarFile, first: tarfile.TarInfo, rest: Iterator[t
     if missing := sorted(set(listed) - seen):
         raise PackError(label, f"truncated: its box runtime lacks {DIR}/{missing[0]}" + (
             f" and {len(missing) - 1} more files" if len(missing) > 1 else ""))  # fmt: skip
-    return str(description["arch"])
 
 
 def _description(tar: tarfile.TarFile, member: tarfile.TarInfo, label: str) -> dict[str, Any]:

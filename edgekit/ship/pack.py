@@ -95,25 +95,25 @@ def _target(bundle: Path, out: Path | None, name: str) -> Path:
 
 
 def add_member(tar: tarfile.TarFile, path: Path, rel: str) -> None:
-    """`path` as member `rel`: owner 0, mtime 0, mode 644 or 755, so the same files always tar to the same bytes."""
+    """`path` as member `rel`, mode 644 or 755 (see `_header`)."""
+    with open(path, "rb") as f:
+        tar.addfile(_header(rel, path.stat().st_size, 0o755 if path.stat().st_mode & 0o100 else 0o644), f)
+
+
+def _header(rel: str, size: int, mode: int) -> tarfile.TarInfo:
+    """Owner 0, mtime 0: the same files always tar to the same bytes."""
     info = tarfile.TarInfo(rel)
-    info.size = path.stat().st_size
-    info.mtime = 0
-    info.mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
+    info.size, info.mode, info.mtime = size, mode, 0
     info.uid = info.gid = 0
     info.uname = info.gname = ""
-    with open(path, "rb") as f:
-        tar.addfile(info, f)
+    return info
 
 
 def _add_runtime_member(tar: tarfile.TarFile, member: box_runtime.Member) -> None:
     if member.path is not None:
         add_member(tar, member.path, member.name)
-        return
-    info = tarfile.TarInfo(member.name)
-    info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = (
-        len(member.data), 0, member.mode, 0, 0, "", "")  # fmt: skip
-    tar.addfile(info, io.BytesIO(member.data))
+    else:
+        tar.addfile(_header(member.name, len(member.data), member.mode), io.BytesIO(member.data))
 
 
 @contextlib.contextmanager

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from edgekit._util.arch import arch_name
 from edgekit._util.hashing import sha256_file
 from edgekit.manifest import SIGNATURE
-from edgekit.ship.box_runtime import DESCRIPTION, machine
+from edgekit.ship.box_runtime import DESCRIPTION
 from edgekit.ship.keys import generate_keypair
 from edgekit.ship.pack import pack_bundle
 from edgekit.ship.sign import sign_bundle
@@ -43,10 +44,10 @@ def signed(tmp_path: Path) -> tuple[Path, Path]:
 def runtime(tmp_path: Path) -> BoxRuntime:
     folder = tmp_path / "wheels"
     folder.mkdir()
-    for name in ("edgekit-0.1.0-py3-none-any.whl", f"llama_cpp_python-0.3.36-py3-none-linux_{machine()}.whl"):
+    for name in ("edgekit-0.1.0-py3-none-any.whl", f"llama_cpp_python-0.3.36-py3-none-linux_{arch_name()}.whl"):
         (folder / name).write_bytes(name.encode() * 100)
     wheels = {p.name: sha256_file(p) for p in sorted(folder.iterdir())}
-    return BoxRuntime(machine(), "baseline", "3.11", "0.1.0", ("runtime",), folder, wheels)
+    return BoxRuntime(arch_name(), "baseline", "3.11", "0.1.0", ("runtime",), folder, wheels)
 
 
 def install(pack: Path, root: Path, public: Path) -> tuple[int, str]:
@@ -72,7 +73,7 @@ def test_the_runtime_follows_the_bundle_listed_with_its_hashes_and_installs_are_
 ) -> None:
     bundle, public = signed
     packed = pack_bundle(bundle, tmp_path, runtime=runtime)
-    assert packed.path.name == f"mini-1.{machine()}.edgekit" and packed.box == machine()
+    assert packed.path.name == f"mini-1.{arch_name()}.edgekit" and packed.box == arch_name()
     with tarfile.open(packed.path) as tar:
         names = tar.getnames()
         described = json.loads(tar.extractfile(DESCRIPTION).read())  # type: ignore[union-attr]
@@ -80,7 +81,7 @@ def test_the_runtime_follows_the_bundle_listed_with_its_hashes_and_installs_are_
     bundle_files = 2 + len(json.loads((bundle / "manifest.json").read_text())["files"])
     assert names[:2] == [SIGNATURE, "manifest.json"] and names[bundle_files] == DESCRIPTION
     assert names[bundle_files + 1 :] == ["box-runtime/install.sh", *(f"box-runtime/wheels/{w}" for w in runtime.wheels)]
-    assert described["arch"] == machine() and described["requirement"] == "edgekit[runtime]==0.1.0"
+    assert described["arch"] == arch_name() and described["requirement"] == "edgekit[runtime]==0.1.0"
     assert set(described["files"]) == {"install.sh", *(f"wheels/{w}" for w in runtime.wheels)}
     assert script.mode == 0o755
     assert pack_bundle(bundle, tmp_path / "again.edgekit", runtime=runtime).sha256 == packed.sha256
@@ -94,12 +95,12 @@ def test_a_pack_for_another_architecture_is_refused_with_the_fix(
     signed: tuple[Path, Path], runtime: BoxRuntime, tmp_path: Path
 ) -> None:
     bundle, public = signed
-    other = "aarch64" if machine() != "aarch64" else "x86_64"
+    other = "aarch64" if arch_name() != "aarch64" else "x86_64"
     packed = pack_bundle(bundle, tmp_path, runtime=replace(runtime, arch=other))
     code, err = install(packed.path, tmp_path / "box", public)
     assert code == 2, err
-    assert f"carries the runtime for {other} boxes; this box is {machine()}" in err
-    assert f"edgekit pack BUNDLE --box {machine()}" in err and not (tmp_path / "box" / "current").exists()
+    assert f"carries the runtime for {other} boxes; this box is {arch_name()}" in err
+    assert f"edgekit pack BUNDLE --box {arch_name()}" in err and not (tmp_path / "box" / "current").exists()
 
 
 @pytest.mark.parametrize(
@@ -119,7 +120,7 @@ def test_a_changed_missing_or_unlisted_runtime_file_is_refused(
     edits: dict[str, bytes | None] = {
         "changed": {wheel: b"not the wheel"},
         "dropped": {wheel: None},
-        "unlisted": {DESCRIPTION: json.dumps({"arch": machine(), "files": {}}).encode()},
+        "unlisted": {DESCRIPTION: json.dumps({"arch": arch_name(), "files": {}}).encode()},
     }[change]
     code, err = install(rewritten(packed.path, tmp_path / "bad.edgekit", edits), tmp_path / "box", public)
     assert code == 4 and message in err, err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from edgekit._util.arch import arch_name
 from edgekit.errors import UsageError
 
 # The box's Python: Debian bookworm's, as on the images of Jetson, i.MX and Raspberry Pi OS boards today.
@@ -50,7 +51,7 @@ ARCHES: dict[str, BoxArch] = {
 
 
 def box_arch(name: str) -> BoxArch:
-    normalised = {"arm64": "aarch64"}.get(name, name)
+    normalised = arch_name(name)
     if normalised not in ARCHES:
         known = ", ".join(ARCHES)
         raise UsageError(f"no box runtime is built for {name!r}", f"use one of: {known}; an x86-64 box installs "

@@ -63,23 +63,24 @@ def box_runtime(arch_name: str, extras: tuple[str, ...], progress: Progress, *, 
                 jobs: int | None = None) -> BoxRuntime:  # fmt: skip
     arch = box_arch(arch_name)
     chosen = arch.march(march)
+    extras = tuple(sorted(extras))
     llama = llama_wheel(arch, chosen, progress, jobs)
     with tempfile.TemporaryDirectory(prefix="edgekit-wheel-") as tmp:
         own = _edgekit_wheel(Path(tmp))
         constraints = _constraints()
         key = sha256_json({"format": FORMAT, "edgekit": sha256_file(own), "llama": sha256_file(llama),
-                           "extras": sorted(extras), "python": PYTHON,
+                           "extras": extras, "python": PYTHON,
                            "constraints": sha256_file(constraints) if constraints else None})  # fmt: skip
         folder = toolchain_root() / "box" / arch.name / f"runtime-{__version__}-{key[:12]}"
         with FileLock(str(folder.parent / f".{folder.name}.lock")):
             if not (folder / RUNTIME_JSON).is_file():
                 with progress.task(f"toolchain  download the {arch.name} wheels of edgekit[{','.join(extras)}] "
                                    f"for Python {PYTHON}"):  # fmt: skip
-                    _gather(arch, tuple(sorted(extras)), own, llama, constraints, folder)
-                _describe(arch, chosen, tuple(sorted(extras)), folder)
+                    _gather(arch, extras, own, llama, constraints, folder)
+                _describe(arch, chosen, extras, folder)
                 _prune(folder)
     stored = json.loads((folder / RUNTIME_JSON).read_text(encoding="utf-8"))
-    return BoxRuntime(arch.name, chosen, PYTHON, __version__, tuple(stored["extras"]), folder, stored["wheels"])
+    return BoxRuntime(arch.name, chosen, PYTHON, __version__, extras, folder, stored["wheels"])
 
 
 def _gather(arch: BoxArch, extras: tuple[str, ...], own: Path, llama: Path, constraints: Path | None,
